@@ -1,0 +1,1 @@
+//! Benchmark scenarios of weir run side by side with real peers.

@@ -1,0 +1,1 @@
+//! Strict bencode decoder and encoder for weir.

@@ -1,0 +1,1 @@
+//! Sans-IO BitTorrent v1 protocol core for weir.

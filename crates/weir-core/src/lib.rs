@@ -1,0 +1,30 @@
+//! The shared transfer core of weir.
+//!
+//! Everything here is sans-IO: no sockets, no files, no clock reads, no
+//! threads. Time comes in as an [`std::time::Instant`] argument, bytes come in
+//! as slices or [`bytes::Bytes`], and results go out as return values. Every
+//! protocol (BitTorrent, eD2k, ZMODEM) uses these pieces instead of its own:
+//!
+//! - [`meter`]: rate meters over one-second buckets that divide by the time
+//!   actually observed, so a new connection reads its true rate at once.
+//! - [`pipeline`]: request-pipeline depth from the recent rate and the
+//!   measured request round trip, with per-peer slow start and hysteresis.
+//! - [`bucket`]: lock-free token buckets for literal global (and optional
+//!   per-transfer) bandwidth caps that redistribute by demand.
+//! - [`geometry`], [`bitfield`], [`picker`]: pieces, blocks, who has what,
+//!   and which block to ask for next (rarest first, sequential, endgame).
+//! - [`storage`]: the storage contract (operations a core asks for and their
+//!   completions), the file layout, and the streaming piece verifier.
+//! - [`policy`]: the network allow-list every socket and datagram obeys.
+//! - [`safepath`]: turning names from torrents and the wire into paths that
+//!   can never leave the download directory.
+
+pub mod bitfield;
+pub mod bucket;
+pub mod geometry;
+pub mod meter;
+pub mod picker;
+pub mod pipeline;
+pub mod policy;
+pub mod safepath;
+pub mod storage;

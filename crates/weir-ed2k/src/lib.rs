@@ -1,0 +1,1 @@
+//! Sans-IO eD2k protocol core for weir.

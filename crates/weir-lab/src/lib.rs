@@ -1,0 +1,1 @@
+//! Test and bench harness for weir: network namespaces, real peer programs, process accounting.

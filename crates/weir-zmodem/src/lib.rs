@@ -1,0 +1,1 @@
+//! Sans-IO ZMODEM protocol core for weir.

@@ -1,0 +1,19 @@
+//! eD2k front end: `weir get ed2k://...`, `weir seed --ed2k`, `weir ed2k-server`.
+//! Placeholder until its owner lands it.
+
+use std::process::ExitCode;
+
+use crate::cmd::Ctx;
+
+/// Arguments of `weir ed2k-server`.
+#[derive(clap::Args)]
+pub(crate) struct ServerArgs {
+    /// Arguments (not yet parsed).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    rest: Vec<String>,
+}
+
+/// Runs `weir ed2k-server`.
+pub(crate) fn run_server(_ctx: &Ctx, _args: ServerArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("weir ed2k-server is not implemented yet")
+}

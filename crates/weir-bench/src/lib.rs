@@ -1,1 +1,10 @@
-//! Benchmark scenarios of weir run side by side with real peers.
+//! Benchmark scenarios of weir, run side by side with real peers: each
+//! prints a table and writes JSON (and a PNG chart where it plots) under
+//! `bench-results/`. Benchmarks are commands, not tests.
+
+pub mod bt_single;
+pub mod cap;
+pub mod ed2k;
+pub mod ramp;
+pub mod rtt;
+pub mod zmodem;

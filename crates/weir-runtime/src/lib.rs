@@ -1,1 +1,14 @@
-//! The tokio runtime layer of weir: drives the sans-IO cores over sockets and files.
+//! The tokio runtime layer of weir: the one place sockets, files, clocks and
+//! threads are touched. It drives the sans-IO protocol cores (`weir-bt`,
+//! `weir-ed2k`, `weir-zmodem`) and executes their storage operations, and it
+//! holds the link emulator used by tests and benches.
+//!
+//! Every socket is opened through [`net`], which enforces the
+//! [`weir_core::policy::NetPolicy`] allow-list.
+
+pub mod bt;
+pub mod ed2k;
+pub mod linkem;
+pub mod net;
+pub mod storage;
+pub mod zmodem;

@@ -1,1 +1,8 @@
-//! (in progress)
+//! Scenario `ramp` (in progress).
+
+use crate::BenchConfig;
+
+/// Runs the scenario.
+pub fn run(_cfg: &BenchConfig) -> anyhow::Result<()> {
+    anyhow::bail!("bench scenario ramp is not implemented yet")
+}

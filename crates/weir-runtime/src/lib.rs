@@ -11,4 +11,5 @@ pub mod ed2k;
 pub mod linkem;
 pub mod net;
 pub mod storage;
+pub mod tracker;
 pub mod zmodem;

@@ -14,4 +14,4 @@ pub mod metainfo;
 pub mod tracker;
 pub mod wire;
 
-// (the peer session and torrent state machine modules are declared below)
+pub mod torrent;

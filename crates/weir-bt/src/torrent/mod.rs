@@ -104,8 +104,11 @@ pub enum Event {
     Send {
         /// The connection.
         conn: ConnId,
-        /// Chunks to write with one vectored write.
+        /// Chunks to write (vectored); whole messages.
         data: Vec<Bytes>,
+        /// Block data bytes among them (0: control messages only), which an
+        /// upload cap charges; control messages never wait for a cap.
+        payload: u64,
     },
     /// Perform a storage operation.
     Storage(StorageOp),
@@ -167,13 +170,21 @@ pub struct Stats {
 /// A piece's blocks waiting to be handed to storage in order.
 #[derive(Debug, Default)]
 struct Assembly {
-    /// Bytes handed over so far.
+    /// Bytes handed to storage so far.
+    handed: u32,
+    /// Contiguous blocks after `handed`, not yet handed over.
+    ready: Vec<Bytes>,
+    /// End of the contiguous data (`handed` + bytes in `ready`).
     next: u32,
     /// Blocks that arrived ahead of a gap.
     pending: BTreeMap<u32, Bytes>,
     /// Peers whose blocks went into it.
     contributors: Vec<ConnId>,
 }
+
+/// Contiguous data is handed to storage in runs of at least this much (or
+/// at the end of a piece): one vectored write per run, not per block.
+const WRITE_RUN: u32 = 256 * 1024;
 
 /// One torrent and its peers.
 #[derive(Debug)]
@@ -640,8 +651,9 @@ impl Torrent {
         self.fill_requests(conn, now);
     }
 
-    /// Hands the piece's contiguous prefix to storage.
+    /// Hands the piece's contiguous data to storage in runs.
     fn assemble(&mut self, conn: ConnId, piece: u32, begin: u32, data: Bytes) {
+        let size = self.geo.piece_size(piece);
         let a = self.assembly.entry(piece).or_default();
         if !a.contributors.contains(&conn) {
             a.contributors.push(conn);
@@ -650,20 +662,19 @@ impl Torrent {
             a.pending.insert(begin, data);
             return;
         }
-        let start = a.next;
         a.next += data.len() as u32;
-        let mut run = vec![data];
+        a.ready.push(data);
         while let Some(d) = a.pending.remove(&a.next) {
             a.next += d.len() as u32;
-            run.push(d);
+            a.ready.push(d);
         }
-        let bytes = u64::from(a.next - start);
-        self.unverified += bytes;
-        self.events.push_back(Event::Storage(StorageOp::Write {
-            piece,
-            begin: start,
-            data: run,
-        }));
+        if a.next - a.handed >= WRITE_RUN || a.next == size {
+            let begin = a.handed;
+            self.unverified += u64::from(a.next - a.handed);
+            a.handed = a.next;
+            let data = std::mem::take(&mut a.ready);
+            self.events.push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
+        }
     }
 
     fn on_piece_done(&mut self, piece: u32, ok: bool, now: Instant) {
@@ -816,8 +827,13 @@ impl Torrent {
             if let Some(p) = self.peers.get_mut(&conn)
                 && p.has_output()
             {
-                let data = p.take_output();
-                self.events.push_back(Event::Send { conn, data });
+                for (data, payload) in p.take_output() {
+                    self.events.push_back(Event::Send {
+                        conn,
+                        data,
+                        payload,
+                    });
+                }
             }
         }
     }

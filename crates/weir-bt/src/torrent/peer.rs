@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use weir_core::bitfield::Bitfield;
 use weir_core::meter::TransferMeter;
 use weir_core::picker::PeerHas;
@@ -76,8 +76,9 @@ pub(crate) struct Peer {
     pub(crate) closing: bool,
     /// Control messages not yet handed to the runtime.
     out: BytesMut,
-    /// Everything queued for the socket, in order.
-    chunks: Vec<Bytes>,
+    /// Everything queued for the socket, in order, as runs of control
+    /// messages (payload 0) or of blocks (payload = data bytes).
+    units: Vec<(Vec<Bytes>, u64)>,
 }
 
 impl Peer {
@@ -114,7 +115,7 @@ impl Peer {
             optimistic: false,
             closing: false,
             out: BytesMut::with_capacity(256),
-            chunks: Vec::new(),
+            units: Vec::new(),
         }
     }
 
@@ -126,27 +127,39 @@ impl Peer {
 
     /// Queues a block: its 13-byte header and the shared payload, no copy.
     pub(crate) fn send_block(&mut self, index: u32, begin: u32, data: Bytes, now: Instant) {
-        self.out
-            .put_slice(&wire::piece_header(index, begin, data.len() as u32));
         self.flush_control();
-        self.chunks.push(data);
+        let header = Bytes::copy_from_slice(&wire::piece_header(index, begin, data.len() as u32));
+        let len = data.len() as u64;
+        match self.units.last_mut() {
+            Some((chunks, payload)) if *payload > 0 && *payload < BLOCK_RUN => {
+                chunks.push(header);
+                chunks.push(data);
+                *payload += len;
+            }
+            _ => self.units.push((vec![header, data], len)),
+        }
         self.last_send_at = now;
     }
 
     fn flush_control(&mut self) {
         if !self.out.is_empty() {
-            self.chunks.push(self.out.split().freeze());
+            self.units.push((vec![self.out.split().freeze()], 0));
         }
     }
 
     /// Whether anything waits to be handed to the runtime.
     pub(crate) fn has_output(&self) -> bool {
-        !self.out.is_empty() || !self.chunks.is_empty()
+        !self.out.is_empty() || !self.units.is_empty()
     }
 
-    /// Takes everything queued for the socket.
-    pub(crate) fn take_output(&mut self) -> Vec<Bytes> {
+    /// Takes everything queued for the socket, as (chunks, payload bytes)
+    /// runs in order.
+    pub(crate) fn take_output(&mut self) -> Vec<(Vec<Bytes>, u64)> {
         self.flush_control();
-        std::mem::take(&mut self.chunks)
+        std::mem::take(&mut self.units)
     }
 }
+
+/// Block messages are grouped into runs of about this much data: one run is
+/// what an upload cap charges before the run starts.
+const BLOCK_RUN: u64 = 256 * 1024;

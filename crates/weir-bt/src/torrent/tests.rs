@@ -149,7 +149,7 @@ impl Swarm {
         while let Some(ev) = self.nodes[i].t.poll_event() {
             moved = true;
             match ev {
-                Event::Send { conn, data } => {
+                Event::Send { conn, data, .. } => {
                     let Some(&(j, cj)) = self.nodes[i].links.get(&conn) else {
                         continue;
                     };

@@ -235,7 +235,6 @@ pub(crate) enum Msg {
         conn: ConnId,
         bytes: u64,
     },
-    #[allow(dead_code)] // sent by the tracker announcer (being wired in)
     TrackerPeers(Vec<SocketAddr>),
     Stop,
 }
@@ -354,6 +353,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         started: Instant::now(),
         completed_at: None,
         tracker: None,
+        listen_port: local_addr.map_or(0, |a| a.port()),
     };
     let task = tokio::spawn(driver.run(rx, storage_rx, listener));
     Ok(BtHandle {
@@ -397,6 +397,7 @@ struct Driver {
     started: Instant,
     completed_at: Option<Instant>,
     tracker: Option<tracker_glue::Announcer>,
+    listen_port: u16,
 }
 
 impl Driver {
@@ -483,6 +484,7 @@ impl Driver {
             self.tracker = tracker_glue::Announcer::start(
                 &self.meta,
                 &self.cfg,
+                self.listen_port,
                 self.tx.clone(),
                 self.progress.subscribe(),
             );

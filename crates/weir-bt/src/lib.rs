@@ -13,5 +13,3 @@ pub mod create;
 pub mod metainfo;
 pub mod tracker;
 pub mod wire;
-
-// (the peer session and torrent state machine modules are declared below)

@@ -12,6 +12,6 @@
 
 pub mod create;
 pub mod metainfo;
+pub mod torrent;
 pub mod tracker;
 pub mod wire;
-pub mod torrent;

@@ -21,6 +21,11 @@
 
 use std::time::{Duration, Instant};
 
+/// The largest batch of requests the hysteresis waits for: a deep pipe is
+/// refilled every 64 blocks, not every quarter of its depth, so it never
+/// runs far below its target.
+pub const MAX_BATCH: u32 = 64;
+
 /// Tunables of a pipeline.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
@@ -164,10 +169,11 @@ impl Pipeline {
     }
 
     /// How many requests to send now with `outstanding` in flight: 0 until a
-    /// quarter of the depth has drained (hysteresis), then enough to refill.
+    /// batch has drained (a quarter of the depth, at most [`MAX_BATCH`]:
+    /// hysteresis), then enough to refill.
     pub fn top_up(&self, outstanding: u32) -> u32 {
         let depth = self.depth();
-        let low_water = depth - (depth / 4).max(1);
+        let low_water = depth - (depth / 4).clamp(1, MAX_BATCH);
         if outstanding > low_water {
             0
         } else {
@@ -269,6 +275,9 @@ mod tests {
         assert_eq!(p.top_up(76), 0);
         assert_eq!(p.top_up(75), 25);
         assert_eq!(p.top_up(0), 100);
+        p.target = 1000;
+        assert_eq!(p.top_up(937), 0);
+        assert_eq!(p.top_up(936), 64);
         p.target = 2;
         assert_eq!(p.top_up(2), 0);
         assert_eq!(p.top_up(1), 1);

@@ -326,6 +326,25 @@ fn bad_data_is_fetched_again_and_its_sender_banned() {
 }
 
 #[test]
+fn a_liar_sharing_pieces_with_an_honest_seed_is_the_only_one_banned() {
+    let mut s = Swarm::new(payload(16 * PIECE as usize));
+    let liar = s.add(true);
+    s.nodes[liar].corrupt_uploads = true;
+    let honest = s.add(true);
+    let leech = s.add(false);
+    s.connect(liar, leech);
+    s.connect(honest, leech);
+    s.run();
+    assert!(s.nodes[leech].complete);
+    assert_eq!(s.nodes[leech].store, s.data);
+    assert_eq!(
+        s.nodes[leech].banned,
+        vec![SocketAddr::from(([127, 0, 0, 1], 6881))],
+        "only the liar (node 0) is banned"
+    );
+}
+
+#[test]
 fn protocol_violations_disconnect_and_count() {
     let data = payload(4 * PIECE as usize);
     let cases: Vec<(&str, Vec<Message>)> = vec![

@@ -1,1 +1,83 @@
-//! Deterministic network simulator that drives weir's sans-IO cores in virtual time.
+//! Deterministic network simulator that drives weir's sans-IO cores in
+//! virtual time.
+//!
+//! The same `weir_bt::torrent::Torrent`, `weir_core` pipelines, meters and
+//! token buckets that run over real sockets under `weir-runtime` run here
+//! over simulated links, so ramp-up, caps and fairness are tested in
+//! milliseconds of real time, exactly, and reproducibly for a seed.
+//!
+//! # The model
+//!
+//! **Time.** A [`World`] has a virtual clock: an `Instant` taken once at
+//! creation (the only clock read in this crate) plus a `Duration`. Every
+//! future happening (a segment arriving, a bucket refill, a torrent timer, a
+//! disk completion, a scripted call) is a wake-up in one min-heap ordered
+//! by time and then by insertion, so ties resolve the same way every run.
+//! Processing is instantaneous: everything a wake-up causes happens at its
+//! instant. Randomness (link losses, torrent seeds) comes from one
+//! `fastrand` generator seeded per scenario; the environment variable
+//! `WEIR_SIM_SEED` overrides the seed, and the seed is printed when a test
+//! fails.
+//!
+//! **Links** ([`link`]). Each connection is two [`Link`]s, one per
+//! direction, each a reliable TCP-like byte stream: a bounded send buffer
+//! (a write that does not fit is taken in part; the writer waits for room),
+//! a bottleneck that sends 64 KiB segments back to back at its rate, a
+//! one-way latency, and a bounded receive buffer that is also the
+//! flow-control window (a receiver that stops reading stalls the sender
+//! one latency later). A lost segment arrives a retransmission delay late
+//! and holds back everything behind it (head-of-line blocking). A byte can
+//! be corrupted at a chosen stream offset.
+//!
+//! **Nodes** ([`bt`]). A BitTorrent node is one `Torrent`, its in-memory
+//! storage (real bytes verified with SHA-1, or a synthetic payload checked
+//! by comparison; optionally a disk model with per-operation delay), and
+//! its download and upload chains of `weir_core::bucket::TokenBucket`s,
+//! refilled every 10 ms of virtual time exactly as the runtime's ticker
+//! refills them. Handshakes are assumed done: [`World::connect`] calls
+//! `add_peer` on both sides. Reading and writing follow the runtime's
+//! `conn.rs` step for step (see [`bt`]): the reader reserves from the
+//! download chain before each read of up to 512 KiB and refunds what it did
+//! not use, the writer sends control runs without waiting for the upload
+//! chain and pays for block runs before they start, and every write is
+//! reported with `Torrent::on_sent`. Each node records the block payload it
+//! receives as a cumulative series over virtual time ([`Series`]).
+//!
+//! # What is not modelled
+//!
+//! - TCP congestion control: no slow start, no congestion window, no
+//!   reaction to loss beyond the retransmission delay. The real benches run
+//!   through a userspace link emulator that terminates TCP at each end, so
+//!   what the peers see is its rate, delay and buffers, which this models.
+//! - CPU time: decoding, hashing and the cores' decisions cost nothing.
+//! - Handshakes, trackers, reconnection after a close.
+//! - Per-packet headers and MTU; Nagle and delayed acks.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use weir_sim::{LinkConfig, NodeConfig, Payload, TorrentSpec, World};
+//!
+//! let spec = TorrentSpec::new("demo", Payload::synthetic(64 << 20, 1 << 20, 1));
+//! let mut w = World::new(1);
+//! let seed = w.add_bt(NodeConfig::seeder(&spec));
+//! let leech = w.add_bt(NodeConfig::leecher(&spec));
+//! w.connect_sym(seed, leech, LinkConfig::new(Duration::from_millis(10), 50_000_000));
+//! assert!(w.run_until(Duration::from_secs(10), |w| w.node(leech).completed_at().is_some()));
+//! ```
+
+pub mod bt;
+pub mod content;
+pub mod link;
+pub mod measure;
+mod sched;
+pub mod storage;
+pub mod world;
+
+pub use bt::{Conn, ConnStats, NodeConfig};
+pub use content::{Payload, TorrentSpec};
+pub use link::{Link, LinkConfig};
+pub use measure::{Series, mib};
+pub use storage::Disk;
+pub use world::{BUCKET_TICK, BucketId, LinkId, NodeId, SEED_ENV, World};

@@ -145,6 +145,8 @@ pub struct ConnStats {
     pub rejects_received: u64,
     /// Block payload bytes this end received.
     pub payload_received: u64,
+    /// The same, cumulative over virtual time.
+    pub payload: Series,
     /// Bytes read from the socket.
     pub bytes_read: u64,
     /// Bytes written to the socket.
@@ -747,6 +749,7 @@ impl World {
                 Message::Piece { index, begin, data } => {
                     stats.blocks_received += 1;
                     stats.payload_received += data.len() as u64;
+                    stats.payload.add(now, data.len() as u64);
                     if trace {
                         stats.received.push((now, *index, *begin));
                     }

@@ -80,4 +80,4 @@ pub use content::{Payload, TorrentSpec};
 pub use link::{Link, LinkConfig};
 pub use measure::{Series, mib};
 pub use storage::Disk;
-pub use world::{BUCKET_TICK, BucketId, LinkId, NodeId, SEED_ENV, World};
+pub use world::{BUCKET_TICK, BucketId, LinkId, NodeId, SEED_ENV, WakeOrder, World};

@@ -49,6 +49,20 @@ pub(crate) enum Work {
     Storage(NodeId, StorageEvent),
 }
 
+/// In which order tasks waiting for tokens run after a refill.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WakeOrder {
+    /// A seeded random order each tick. The runtime wakes waiters with
+    /// `Notify::notify_waiters` and the order in which a multi-threaded
+    /// tokio scheduler then runs them is unspecified (LIFO slot, work
+    /// stealing), so no fixed order would be more faithful; a fixed one
+    /// would hand the first reservation of every tick to the same task.
+    #[default]
+    Shuffled,
+    /// The order in which they started waiting.
+    Fifo,
+}
+
 /// A task waiting for the next bucket refill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Waiter {
@@ -84,6 +98,8 @@ pub struct World {
     /// Record every request and block per connection (for tests that ask
     /// which peer was asked for what).
     pub trace_blocks: bool,
+    /// The order in which token waiters run after a refill.
+    pub wake_order: WakeOrder,
     steps: u64,
 }
 
@@ -125,6 +141,7 @@ impl World {
             sides: Vec::new(),
             work: VecDeque::new(),
             trace_blocks: false,
+            wake_order: WakeOrder::default(),
             steps: 0,
         }
     }
@@ -311,7 +328,11 @@ impl World {
         for b in &self.buckets {
             b.refill(BUCKET_TICK);
         }
-        for w in std::mem::take(&mut self.waiters) {
+        let mut waiters = std::mem::take(&mut self.waiters);
+        if self.wake_order == WakeOrder::Shuffled {
+            self.rng.shuffle(&mut waiters);
+        }
+        for w in waiters {
             match w {
                 Waiter::Reader(s) => self.wake_reader_for_tokens(s),
                 Waiter::Writer(s) => self.wake_writer_for_tokens(s),

@@ -23,7 +23,10 @@ fn global_download_cap_holds_within_one_percent() {
     let s = Duration::from_secs;
     w.run_to(s(31));
     let got = w.node(leecher).received();
-    assert!(w.node(leecher).completed_at().is_none(), "payload too small");
+    assert!(
+        w.node(leecher).completed_at().is_none(),
+        "payload too small"
+    );
     let want = CAP as f64 * 30.0;
     let after_first = (got.at(s(31)) - got.at(s(1))) as f64;
     let from_zero = got.at(s(30)) as f64;
@@ -37,7 +40,10 @@ fn global_download_cap_holds_within_one_percent() {
     );
     for secs in [1u64, 2, 5, 10, 20, 30] {
         let r = got.rate(s(secs) - Duration::from_millis(500), s(secs));
-        eprintln!("  rate over 500 ms before t={secs:2} s: {:.2} MB/s", r / 1e6);
+        eprintln!(
+            "  rate over 500 ms before t={secs:2} s: {:.2} MB/s",
+            r / 1e6
+        );
     }
     assert!(err.abs() <= 0.01, "cap missed by {:+.2}%", 100.0 * err);
 }

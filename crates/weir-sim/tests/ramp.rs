@@ -56,7 +56,9 @@ fn distant_peer_reaches_link_rate_within_two_seconds() {
         let reference = rtorrent
             .iter()
             .find(|(x, _)| *x == secs)
-            .map_or(String::new(), |(_, m)| format!("  (rtorrent patched: {m} MiB)"));
+            .map_or(String::new(), |(_, m)| {
+                format!("  (rtorrent patched: {m} MiB)")
+            });
         eprintln!(
             "t={secs:2} s: {:7.1} MiB of {:7.1} MiB the link allows ({:5.1}%){reference}",
             mib(have),

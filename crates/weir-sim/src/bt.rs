@@ -16,7 +16,7 @@
 //!   512 slices per write), as much as the send buffer takes; each write is
 //!   reported with [`Torrent::on_sent`].
 //! - **Driver**: after every input, the torrent's events are drained:
-//!   sends queue on the writer, storage operations go to [`MemStorage`],
+//!   sends queue on the writer, storage operations go to the node's storage,
 //!   closes drop the connection (the writer flushes, then ends the stream),
 //!   and the torrent's timer is re-armed.
 

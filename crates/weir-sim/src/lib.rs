@@ -43,15 +43,40 @@
 //! reported with `Torrent::on_sent`. Each node records the block payload it
 //! receives as a cumulative series over virtual time ([`Series`]).
 //!
+//! **Token waiters.** When a refill wakes several readers and writers that
+//! found their buckets empty, the runtime's `Notify::notify_waiters` wakes
+//! them all and tokio runs them in an unspecified order (LIFO slot, work
+//! stealing). The simulator runs them in a seeded random order
+//! ([`WakeOrder::Shuffled`]); [`WakeOrder::Fifo`] is there for experiments.
+//! A fixed order matters: every reader reserves its whole free buffer
+//! (at least 64 KiB), more than a 20 MB/s cap grants per tick, so the first
+//! task after a refill takes the tick's budget.
+//!
 //! # What is not modelled
 //!
 //! - TCP congestion control: no slow start, no congestion window, no
 //!   reaction to loss beyond the retransmission delay. The real benches run
 //!   through a userspace link emulator that terminates TCP at each end, so
 //!   what the peers see is its rate, delay and buffers, which this models.
-//! - CPU time: decoding, hashing and the cores' decisions cost nothing.
-//! - Handshakes, trackers, reconnection after a close.
+//! - Send-buffer accounting of bytes in flight: the send buffer holds only
+//!   bytes not yet transmitted (as when a loopback socket feeds an
+//!   emulator); the receive window bounds what is in flight.
+//! - CPU time: decoding, hashing and the cores' decisions cost nothing, and
+//!   tasks never wait for a thread.
+//! - Handshakes, trackers, reconnection after a close (a banned or closed
+//!   peer stays gone).
 //! - Per-packet headers and MTU; Nagle and delayed acks.
+//!
+//! # Scenarios
+//!
+//! `tests/*.rs`, one scenario per file, each asserting numbers and printing
+//! them (`cargo test -p weir-sim -- --nocapture`): `ramp` (150 ms RTT,
+//! 50 MB/s), `cap` (20 MB/s global download cap), `redistribution` (a slow
+//! and a fast source under one cap, one and two torrents), `unlimited`
+//! (unlimited buckets cost nothing), `pipeline_depth` (depth versus the
+//! bandwidth-delay product, a slow peer, a hung peer), `swarm` (lossy
+//! mixed swarm, identical data, determinism), `bad_peer` (a corrupting
+//! seeder is banned), `disk` (a slow disk paces a transfer).
 //!
 //! # Using it
 //!

@@ -67,6 +67,8 @@ pub struct BtConfig {
     pub peer_id: [u8; 20],
     /// Storage worker threads.
     pub storage_workers: usize,
+    /// Most requests in flight to one peer (`None`: the pipeline decides).
+    pub max_requests: Option<u32>,
 }
 
 impl BtConfig {
@@ -86,6 +88,7 @@ impl BtConfig {
             recheck: false,
             peer_id: new_peer_id(),
             storage_workers: 2,
+            max_requests: None,
         }
     }
 }
@@ -235,7 +238,6 @@ pub(crate) enum Msg {
         conn: ConnId,
         bytes: u64,
     },
-    #[allow(dead_code)] // sent by the tracker announcer (being wired in)
     TrackerPeers(Vec<SocketAddr>),
     Stop,
 }
@@ -328,6 +330,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     tcfg.order = cfg.order;
     tcfg.listen_port = local_addr.map(|a| a.port());
     tcfg.seed = fastrand_seed();
+    if let Some(m) = cfg.max_requests {
+        tcfg.max_requests = m;
+    }
     let torrent = Torrent::new(&meta, tcfg, &had, &check);
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {
@@ -354,6 +359,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         started: Instant::now(),
         completed_at: None,
         tracker: None,
+        listen_port: local_addr.map_or(0, |a| a.port()),
     };
     let task = tokio::spawn(driver.run(rx, storage_rx, listener));
     Ok(BtHandle {
@@ -397,6 +403,7 @@ struct Driver {
     started: Instant,
     completed_at: Option<Instant>,
     tracker: Option<tracker_glue::Announcer>,
+    listen_port: u16,
 }
 
 impl Driver {
@@ -483,6 +490,7 @@ impl Driver {
             self.tracker = tracker_glue::Announcer::start(
                 &self.meta,
                 &self.cfg,
+                self.listen_port,
                 self.tx.clone(),
                 self.progress.subscribe(),
             );

@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 /// runs far below its target.
 pub const MAX_BATCH: u32 = 64;
 
+/// Queueing delay (beyond twice the smallest round trip) that ends slow
+/// start: absorbs ordinary jitter on short paths.
+const QUEUE_DELAY_MARGIN: Duration = Duration::from_millis(5);
+
 /// Tunables of a pipeline.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
@@ -48,13 +52,16 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
-    /// Settings for `block_len`-byte requests.
+    /// Settings for `block_len`-byte requests. Slow start begins with about
+    /// 1 MiB asked (64 BitTorrent blocks): a round trip's worth for a peer
+    /// of a few MB/s at tens of milliseconds, and a head start of several
+    /// doublings for a fast distant one.
     pub fn new(block_len: u32) -> Self {
         Self {
             block_len,
             min_depth: 2,
             max_depth: 4096,
-            initial_depth: 4,
+            initial_depth: ((1u32 << 20) / block_len.max(1)).clamp(4, 64),
             rtt_factor: 2.0,
             min_queue_time: Duration::from_millis(100),
             slow_start_exit_growth: 0.10,
@@ -100,6 +107,17 @@ impl Pipeline {
     /// A requested block arrived, `rtt` after its request was sent.
     pub fn on_block(&mut self, now: Instant, rtt: Duration, bytes: u32) {
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        // Requests have started to queue at the peer (its round trip grew
+        // well past the smallest seen): the pipe is already deeper than the
+        // path, so slow start stops here instead of waiting for the rate to
+        // stop rising, and the next tick sizes the depth from the rate.
+        if self.slow_start
+            && self
+                .min_rtt
+                .is_some_and(|m| rtt > m * 2 + QUEUE_DELAY_MARGIN)
+        {
+            self.slow_start = false;
+        }
         self.srtt = Some(match self.srtt {
             None => rtt,
             Some(s) => (s * 7 + rtt) / 8,
@@ -254,8 +272,9 @@ mod tests {
         let (p, _) = run(Duration::from_millis(150), 50e6, 4.0, 250);
         assert_eq!(p.depth(), 250);
         let mut q = Pipeline::new(PipelineConfig::new(BLOCK));
-        q.on_timeout();
-        q.on_timeout();
+        for _ in 0..10 {
+            q.on_timeout();
+        }
         assert_eq!(q.depth(), 2);
     }
 

@@ -208,6 +208,7 @@ pub struct Torrent {
     dirty: Vec<ConnId>,
     reads: BTreeMap<u64, upload::Read>,
     evidence: BTreeMap<u32, smartban::Evidence>,
+    banned: std::collections::BTreeSet<SocketAddr>,
     next_read: u64,
     checking: Bitfield,
     checks_in_flight: u32,
@@ -253,6 +254,7 @@ impl Torrent {
             dirty: Vec::new(),
             reads: BTreeMap::new(),
             evidence: BTreeMap::new(),
+            banned: std::collections::BTreeSet::new(),
             next_read: 0,
             checking,
             checks_in_flight: 0,
@@ -592,6 +594,11 @@ impl Torrent {
         }
         let mut n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
         if p.snubbed {
+            // A snubbed peer gets nothing others could deliver: only an
+            // endgame duplicate, one at a time, to see if it came back.
+            if !self.picker.in_endgame() {
+                return;
+            }
             n = n.min(1usize.saturating_sub(p.outstanding.len()));
         }
         if self.picker.in_endgame() {
@@ -803,8 +810,8 @@ impl Torrent {
             let snubbed_now =
                 timed_out && now.saturating_duration_since(p.last_block_at) > REQUEST_TIMEOUT;
             if snubbed_now {
-                // Snubbed: its blocks go to others; from now on it gets one
-                // request at a time until it delivers again.
+                // Snubbed: its blocks go to others; until it delivers again
+                // it is asked only for endgame duplicates.
                 p.snubbed = true;
                 p.pipeline.on_timeout();
                 let keys: Vec<(u32, u32)> = p.outstanding.keys().copied().collect();

@@ -119,11 +119,7 @@ impl Torrent {
             if still_here {
                 self.strike(conn, BAN_STRIKES, "sent a block that failed the piece hash");
             } else if let Some(addr) = addr {
-                self.stats.banned += 1;
-                self.events.push_back(Event::Ban {
-                    addr,
-                    reason: "sent a block that failed the piece hash".into(),
-                });
+                self.ban(addr, "sent a block that failed the piece hash".into());
             }
         }
     }
@@ -136,13 +132,17 @@ impl Torrent {
         p.strikes += n;
         if p.strikes >= BAN_STRIKES {
             let addr = p.addr;
-            self.stats.banned += 1;
             let reason = format!("{why} ({} strikes)", p.strikes);
-            self.events.push_back(Event::Ban {
-                addr,
-                reason: reason.clone(),
-            });
+            self.ban(addr, reason.clone());
             self.close(conn, reason);
+        }
+    }
+
+    /// Bans an address (once).
+    fn ban(&mut self, addr: SocketAddr, reason: String) {
+        if self.banned.insert(addr) {
+            self.stats.banned += 1;
+            self.events.push_back(Event::Ban { addr, reason });
         }
     }
 }

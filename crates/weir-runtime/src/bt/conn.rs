@@ -247,12 +247,13 @@ fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
 /// Dials `addr` and shakes hands; the result goes to the driver.
 pub(crate) async fn dial(
     policy: weir_core::policy::NetPolicy,
+    local: Option<std::net::IpAddr>,
     addr: SocketAddr,
     ours: Handshake,
     tx: mpsc::Sender<Msg>,
 ) {
     let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let mut s = crate::net::connect_tcp(&policy, addr).await?;
+        let mut s = crate::net::connect_tcp_from(&policy, local, addr).await?;
         s.set_nodelay(true)?;
         let (theirs, leftover) = handshake(&mut s, &ours, true).await?;
         Ok::<_, std::io::Error>((s, theirs, leftover))

@@ -388,7 +388,8 @@ mod tests {
 
     #[test]
     fn each_bad_input_is_a_named_error() {
-        let cases: Vec<(String, fn(&LinkError) -> bool)> = vec![
+        type Check = fn(&LinkError) -> bool;
+        let cases: Vec<(String, Check)> = vec![
             ("http://x".into(), |e| matches!(e, LinkError::NotEd2k)),
             ("ed2k://|server|1.2.3.4|4661|/".into(), |e| {
                 matches!(e, LinkError::NotAFileLink(_))

@@ -75,20 +75,53 @@ pub struct Ed2kHasher {
     part_fill: u64,
     parts: Vec<Md4Hash>,
     total: u64,
-    aich: Option<AichBlocks>,
+    aich: Option<AichHasher>,
 }
 
+/// Streaming AICH block hasher: feed the file in order, get the tree.
+/// Separate from the MD4 side so the two can run on two threads.
 #[derive(Clone)]
-struct AichBlocks {
+pub struct AichHasher {
     block: Sha1,
     block_fill: u64,
     /// Bytes of the current part already put in finished blocks + current.
     part_fill: u64,
     leaves: Vec<[u8; 20]>,
+    total: u64,
 }
 
-impl AichBlocks {
-    fn update(&mut self, mut data: &[u8]) {
+impl Default for AichHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AichHasher {
+    /// An empty hasher.
+    pub fn new() -> Self {
+        AichHasher {
+            block: Sha1::new(),
+            block_fill: 0,
+            part_fill: 0,
+            leaves: Vec::new(),
+            total: 0,
+        }
+    }
+
+    /// The tree of the bytes fed so far (`None` for an empty file).
+    pub fn finish(mut self) -> Option<AichTree> {
+        if self.total == 0 {
+            return None;
+        }
+        if self.block_fill > 0 {
+            self.close_block();
+        }
+        Some(AichTree::from_leaves(self.total, self.leaves))
+    }
+
+    /// Feeds the next bytes of the file.
+    pub fn update(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
         while !data.is_empty() {
             // Blocks never cross a part boundary: the last block of a part
             // is 143,360 bytes.
@@ -126,12 +159,7 @@ impl Ed2kHasher {
     /// A hasher computing MD4 parts and the AICH tree.
     pub fn new() -> Self {
         let mut h = Self::md4_only();
-        h.aich = Some(AichBlocks {
-            block: Sha1::new(),
-            block_fill: 0,
-            part_fill: 0,
-            leaves: Vec::new(),
-        });
+        h.aich = Some(AichHasher::new());
         h
     }
 
@@ -187,15 +215,7 @@ impl Ed2kHasher {
             self.parts.push(last);
             (file_hash_from_hashset(&self.parts), self.parts)
         };
-        let aich = self.aich.and_then(|mut a| {
-            if size == 0 {
-                return None;
-            }
-            if a.block_fill > 0 {
-                a.close_block();
-            }
-            Some(AichTree::from_leaves(size, a.leaves))
-        });
+        let aich = self.aich.and_then(AichHasher::finish);
         FileHashes {
             size,
             file_hash,

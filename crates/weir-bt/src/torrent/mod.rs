@@ -50,6 +50,9 @@ const KEEPALIVE: Duration = Duration::from_secs(90);
 const CHOKE_ROUND: Duration = Duration::from_secs(10);
 /// Rotate the optimistic unchoke every third round.
 const OPTIMISTIC_ROUNDS: u32 = 3;
+/// In endgame a peer duplicates requests only while it has fewer than this
+/// in flight.
+const ENDGAME_DEPTH: usize = 8;
 /// Bad pieces a peer may contribute to before it is banned.
 const BAN_STRIKES: u32 = 2;
 
@@ -576,7 +579,12 @@ impl Torrent {
         if p.peer_choking || !p.am_interested || self.unverified >= self.cfg.max_unverified {
             return;
         }
-        let n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
+        let mut n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
+        if self.picker.in_endgame() {
+            // Endgame: every block is already asked of someone. A peer with
+            // little in flight may duplicate a few, not a whole pipeline.
+            n = n.min(ENDGAME_DEPTH.saturating_sub(p.outstanding.len()));
+        }
         if n == 0 {
             return;
         }
@@ -673,7 +681,8 @@ impl Torrent {
             self.unverified += u64::from(a.next - a.handed);
             a.handed = a.next;
             let data = std::mem::take(&mut a.ready);
-            self.events.push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
+            self.events
+                .push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
         }
     }
 

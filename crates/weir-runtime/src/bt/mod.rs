@@ -189,6 +189,22 @@ impl BtHandle {
     pub async fn stop(&self) {
         let _ = self.stop.send(Msg::Stop).await;
     }
+
+    /// A handle that can stop the torrent after `wait` took this one.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.stop.clone())
+    }
+}
+
+/// Stops a running torrent.
+#[derive(Clone, Debug)]
+pub struct Stopper(mpsc::Sender<Msg>);
+
+impl Stopper {
+    /// Asks the torrent to stop.
+    pub async fn stop(&self) {
+        let _ = self.0.send(Msg::Stop).await;
+    }
 }
 
 /// Inputs of the driver.
@@ -227,7 +243,10 @@ pub(crate) enum Msg {
 pub fn layout(meta: &Metainfo, out_dir: &std::path::Path) -> (PathBuf, FileLayout) {
     if meta.info.single_file {
         let f = &meta.info.files[0];
-        (out_dir.to_path_buf(), FileLayout::new([(PathBuf::from(&meta.info.name), f.length)]))
+        (
+            out_dir.to_path_buf(),
+            FileLayout::new([(PathBuf::from(&meta.info.name), f.length)]),
+        )
     } else {
         let root = out_dir.join(&meta.info.name);
         let files = meta
@@ -250,10 +269,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     )
     .map_err(|e| BtError::Storage(e.to_string()))?;
     let n = geometry.piece_count();
-    let journal = cfg.out_dir.join(format!(
-        ".weir-resume-{}",
-        hex16(&meta.info_hash)
-    ));
+    let journal = cfg
+        .out_dir
+        .join(format!(".weir-resume-{}", hex16(&meta.info_hash)));
     // What is on disk already: trust the resume journal; without one, hash
     // whatever files pre-exist.
     let existed: Vec<bool> = files
@@ -335,6 +353,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         started: Instant::now(),
         completed_at: None,
         tracker: None,
+        listen_port: local_addr.map_or(0, |a| a.port()),
     };
     let task = tokio::spawn(driver.run(rx, storage_rx, listener));
     Ok(BtHandle {
@@ -378,6 +397,7 @@ struct Driver {
     started: Instant,
     completed_at: Option<Instant>,
     tracker: Option<tracker_glue::Announcer>,
+    listen_port: u16,
 }
 
 impl Driver {
@@ -464,6 +484,7 @@ impl Driver {
             self.tracker = tracker_glue::Announcer::start(
                 &self.meta,
                 &self.cfg,
+                self.listen_port,
                 self.tx.clone(),
                 self.progress.subscribe(),
             );
@@ -555,7 +576,13 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(conn::writer(conn, wr, wrx, self.cfg.up.clone(), self.tx.clone()));
+        tokio::spawn(conn::writer(
+            conn,
+            wr,
+            wrx,
+            self.cfg.up.clone(),
+            self.tx.clone(),
+        ));
         self.conns.insert(
             conn,
             ConnState {
@@ -565,7 +592,10 @@ impl Driver {
                 reader,
             },
         );
-        tracing::debug!("peer {addr} connected ({})", String::from_utf8_lossy(&theirs.peer_id[..8]));
+        tracing::debug!(
+            "peer {addr} connected ({})",
+            String::from_utf8_lossy(&theirs.peer_id[..8])
+        );
         self.torrent.add_peer(conn, addr, &theirs, now);
     }
 
@@ -589,7 +619,7 @@ impl Driver {
                 }
                 Event::Close { conn, reason } => {
                     if let Some(c) = self.conns.get(&conn) {
-                        tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        tracing::debug!("peer {}: {reason}; disconnected", c.addr);
                     }
                     self.torrent.remove_peer(conn, Instant::now());
                     self.drop_conn(conn);
@@ -624,7 +654,10 @@ impl Driver {
 
     fn add_known(&mut self, addr: SocketAddr) {
         if !self.cfg.policy.allows(addr.ip()) {
-            tracing::warn!("peer {addr} ignored: outside network policy {}", self.cfg.policy);
+            tracing::warn!(
+                "peer {addr} ignored: outside network policy {}",
+                self.cfg.policy
+            );
             return;
         }
         self.known.entry(addr).or_insert(Known {
@@ -656,7 +689,12 @@ impl Driver {
             }
             k.dialing = true;
             room -= 1;
-            tokio::spawn(conn::dial(self.cfg.policy.clone(), *addr, ours, self.tx.clone()));
+            tokio::spawn(conn::dial(
+                self.cfg.policy.clone(),
+                *addr,
+                ours,
+                self.tx.clone(),
+            ));
         }
     }
 
@@ -678,7 +716,7 @@ impl Driver {
 
     async fn shutdown(&mut self) {
         self.publish();
-        let _ = self.progress.send_modify(|p| p.phase = Phase::Done);
+        self.progress.send_modify(|p| p.phase = Phase::Done);
         if let Some(t) = self.tracker.take() {
             t.stop().await;
         }

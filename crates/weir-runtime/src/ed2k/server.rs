@@ -57,7 +57,10 @@ impl Ed2kServer {
 
     /// Accepts clients until the listener fails; `on_event` sees every
     /// login, offer, source request and departure.
-    pub async fn run(self, on_event: impl Fn(ServerEvent) + Send + Sync + 'static) -> io::Result<()> {
+    pub async fn run(
+        self,
+        on_event: impl Fn(ServerEvent) + Send + Sync + 'static,
+    ) -> io::Result<()> {
         let index = Arc::new(Mutex::new(IndexServer::new(self.opts.config.clone())));
         let peers: Peers = Arc::default();
         let on_event = Arc::new(on_event);
@@ -80,7 +83,10 @@ impl Ed2kServer {
             tokio::spawn(async move {
                 let reason = serve(conn, ip, stream, &index, &peers, &*on_event).await;
                 tracing::debug!("ed2k-server: {addr} closed: {reason}");
-                peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&conn);
+                peers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&conn);
                 let events = {
                     let mut ix = index.lock().unwrap_or_else(|e| e.into_inner());
                     ix.disconnected(conn);
@@ -177,7 +183,9 @@ mod tests {
     use weir_ed2k::tag::Tag;
 
     async fn client(addr: SocketAddr) -> (TcpStream, Decoder, BytesMut) {
-        let s = net::connect_tcp(&NetPolicy::loopback(), addr).await.unwrap();
+        let s = net::connect_tcp(&NetPolicy::loopback(), addr)
+            .await
+            .unwrap();
         (s, Decoder::new(Limits::CLIENT), BytesMut::new())
     }
 
@@ -289,12 +297,16 @@ mod tests {
         .unwrap();
         let addr = server.local_addr().unwrap();
         tokio::spawn(server.run(|_| {}));
-        let mut s = net::connect_tcp(&NetPolicy::loopback(), addr).await.unwrap();
+        let mut s = net::connect_tcp(&NetPolicy::loopback(), addr)
+            .await
+            .unwrap();
         s.write_all(&[0x00, 1, 0, 0, 0, 1]).await.unwrap();
         let mut b = [0u8; 16];
         assert_eq!(s.read(&mut b).await.unwrap(), 0);
         // An oversized frame too.
-        let mut s = net::connect_tcp(&NetPolicy::loopback(), addr).await.unwrap();
+        let mut s = net::connect_tcp(&NetPolicy::loopback(), addr)
+            .await
+            .unwrap();
         s.write_all(&[0xE3, 0xff, 0xff, 0xff, 0x7f]).await.unwrap();
         assert_eq!(s.read(&mut b).await.unwrap(), 0);
     }

@@ -20,6 +20,11 @@
 //! - with `ConnectToED2K=1` and an empty server list amuled fetches a
 //!   server list from the internet: refused here unless a lab server is
 //!   configured.
+//! - amuled drops servers and sources in 127.0.0.0/8 (`IsGoodIP`,
+//!   `ServerList.cpp:206`, `PartFile.cpp:1665`): a lab server in 127/8 is
+//!   removed from `server.met` at start. Put the server (and any peer it
+//!   should download from) in another namespace joined by
+//!   [`Netns::link_pair`] and bind amuled to its private veth address.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

@@ -1,0 +1,384 @@
+//! eD2k interop with aMule 2.3.3's own programs.
+//!
+//! - `weir hash --ed2k` agrees with `alcc` (aMule's offline hasher) on the
+//!   file hash and part hashes for sizes around the part boundary, and with
+//!   amuled itself (its `known.met`) on the file hash and the AICH master
+//!   hash, which alcc does not print.
+//! - amuled logs into `weir ed2k-server`, publishes its files and asks it
+//!   for sources; a weir-codec client then gets amuled as a source.
+//!
+//! amuled runs in a network namespace the test creates (only `lo`); with
+//! env `CI` set a missing program or namespace support fails the test.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Bytes, BytesMut};
+use weir_ed2k::packet::{Decoder, Limits};
+use weir_ed2k::server::{ClientToServer, ServerToClient};
+use weir_ed2k::tag::{self, TagValue};
+use weir_ed2k::wire::Reader;
+use weir_ed2k::{AichHash, Md4Hash, PARTSIZE};
+use weir_lab::amule::{Amule, AmuleConfig};
+use weir_lab::{Netns, Proc, TempDir, ci};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// Deterministic pseudo-random bytes (xorshift64*), different per seed.
+fn write_file(path: &Path, size: u64, seed: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut left = size;
+    while left > 0 {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let w = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+        let n = left.min(8) as usize;
+        f.write_all(&w[..n])?;
+        left -= n as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+const SIZES: [u64; 7] = [
+    0,
+    1,
+    PARTSIZE - 1,
+    PARTSIZE,
+    PARTSIZE + 1,
+    2 * PARTSIZE,
+    2 * PARTSIZE + 1,
+];
+
+/// (size, hash, part hashes, aich) from one link line.
+fn parse_link(line: &str) -> anyhow::Result<(u64, String, Option<String>, Option<String>)> {
+    let f: Vec<&str> = line.trim().split('|').collect();
+    if f.len() < 6 || f[0] != "ed2k://" || f[1] != "file" {
+        bail!("not a file link: {line}");
+    }
+    let mut parts = None;
+    let mut aich = None;
+    for x in &f[5..] {
+        if let Some(p) = x.strip_prefix("p=") {
+            parts = Some(p.to_ascii_uppercase());
+        }
+        if let Some(h) = x.strip_prefix("h=") {
+            aich = Some(h.to_string());
+        }
+    }
+    Ok((f[3].parse()?, f[4].to_ascii_uppercase(), parts, aich))
+}
+
+fn weir_hash(files: &[PathBuf], parts: bool) -> anyhow::Result<Vec<String>> {
+    let mut c = Command::new(WEIR);
+    c.args(["hash", "--ed2k"]);
+    if parts {
+        c.arg("--parts");
+    }
+    let out = c.args(files).output()?;
+    if !out.status.success() {
+        bail!("weir hash failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+fn boundary_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let p = dir.join(format!("f{i}_{size}.bin"));
+            write_file(&p, size, i as u64 + 1)?;
+            Ok(p)
+        })
+        .collect()
+}
+
+#[test]
+fn hash_matches_alcc_around_part_boundaries() -> anyhow::Result<()> {
+    // alcc is aMule's offline hasher: it opens no socket.
+    if !ci::require_program("alcc")? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-alcc")?;
+    let files = boundary_files(dir.path())?;
+    let ours = weir_hash(&files, true)?;
+    assert_eq!(ours.len(), files.len());
+    for (file, mine) in files.iter().zip(&ours) {
+        let out = Command::new("alcc").arg("-p").arg(file).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs = text
+            .lines()
+            .find(|l| l.starts_with("ed2k://"))
+            .with_context(|| format!("alcc printed no link for {}: {text}", file.display()))?;
+        let (s1, h1, p1, a1) = parse_link(mine)?;
+        let (s2, h2, p2, _) = parse_link(theirs)?;
+        assert_eq!(
+            (s1, &h1),
+            (s2, &h2),
+            "{}\n weir: {mine}\n alcc: {theirs}",
+            file.display()
+        );
+        assert_eq!(p1, p2, "part hashes of {}", file.display());
+        assert_eq!(
+            a1.is_some(),
+            s1 > 0,
+            "AICH printed for non-empty files: {mine}"
+        );
+    }
+    // The exact multiple carries the empty-part hash last.
+    let (_, _, p, _) = parse_link(&ours[3])?;
+    assert!(p.unwrap().ends_with("31D6CFE0D16AE931B73C59D7E0C089C0"));
+    Ok(())
+}
+
+/// Entries of a known.met: hash -> (size, AICH master hash).
+fn read_known_met(bytes: &[u8]) -> anyhow::Result<Vec<(Md4Hash, u64, Option<String>)>> {
+    let mut r = Reader::new(Bytes::copy_from_slice(bytes));
+    let header = r.u8("header")?;
+    if header != 0x0E && header != 0x0F {
+        bail!("known.met header {header:#x}");
+    }
+    let n = r.u32("count")?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        r.u32("date")?;
+        let hash = r.md4("hash")?;
+        let parts = r.u16("parts")?;
+        r.bytes(parts as usize * 16, "part hashes")?;
+        let tags = tag::decode_list(&mut r)?;
+        let size = tag::find(&tags, 0x02).and_then(|t| t.as_int()).unwrap_or(0)
+            | tag::find(&tags, 0x3A).and_then(|t| t.as_int()).unwrap_or(0) << 32;
+        let aich = tag::find(&tags, 0x27).and_then(|t| match &t.value {
+            TagValue::Str(s) => Some(String::from_utf8_lossy(s).into_owned()),
+            _ => None,
+        });
+        out.push((hash, size, aich));
+    }
+    Ok(out)
+}
+
+fn lab_ready() -> anyhow::Result<bool> {
+    Ok(ci::require_program("amuled")?
+        && ci::require_program("amulecmd")?
+        && ci::require_root_and_netns()?)
+}
+
+#[test]
+fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-known")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let mut files = boundary_files(&share)?;
+    files.remove(0); // amuled does not share empty files
+    // Odd splits: 3 parts plus one block and a bit (AICH left/right rule).
+    let odd = share.join("odd.bin");
+    write_file(&odd, 3 * PARTSIZE + 184_321, 99)?;
+    files.push(odd);
+    let ours = weir_hash(&files, false)?;
+
+    let ns = Netns::new("ed2k-known")?;
+    let mut cfg = AmuleConfig::new("weirknown", Ipv4Addr::LOCALHOST);
+    cfg.shared_dirs.push(share.clone());
+    let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
+    // amuled writes known.met when its hashing task ends: wait for it to
+    // hold every file (bounded).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let known = loop {
+        if let Some(b) = amule.known_met() {
+            if let Ok(k) = read_known_met(&b) {
+                if k.len() >= files.len() && k.iter().all(|e| e.2.is_some()) {
+                    break k;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "amuled did not hash the files in time:\n{}",
+                amule.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    for line in &ours {
+        let (size, hash, _, aich) = parse_link(line)?;
+        let entry = known
+            .iter()
+            .find(|e| e.0.to_hex() == hash)
+            .with_context(|| {
+                format!("amuled has no file with hash {hash} ({size} bytes): {known:?}")
+            })?;
+        assert_eq!(entry.1, size);
+        let aich = aich.expect("weir printed h=");
+        assert_eq!(
+            entry.2.as_deref(),
+            Some(aich.as_str()),
+            "AICH of the {size}-byte file"
+        );
+        AichHash::from_base32(&aich)?;
+    }
+    amule.stop()?;
+    Ok(())
+}
+
+/// Lines a child prints, delivered as they come.
+fn line_reader(p: &mut Proc) -> mpsc::Receiver<String> {
+    let out = p.take_stdout().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    deadline: Instant,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return Ok(l),
+            Ok(_) => {}
+            Err(_) => bail!("timed out waiting for {what}"),
+        }
+    }
+}
+
+#[test]
+fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-srv")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let shared = share.join("published.bin");
+    write_file(&shared, PARTSIZE + 5, 7)?;
+    let (_, shared_hash, _, _) = parse_link(&weir_hash(&[shared], false)?[0])?;
+
+    // aMule drops servers (and sources) in 127.0.0.0/8 (IsGoodIP), so the
+    // server and amuled sit on two namespaces joined by a veth pair.
+    let net = 200 + (std::process::id() % 50) as u8;
+    let srv_ns = Netns::new("ed2k-srv")?;
+    let mule_ns = Netns::new("ed2k-mule")?;
+    Netns::link_pair(
+        &srv_ns,
+        &mule_ns,
+        &format!("10.231.{net}.1/24"),
+        &format!("10.231.{net}.2/24"),
+    )?;
+    let server_ip = Ipv4Addr::new(10, 231, net, 1);
+    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let server_addr = SocketAddrV4::new(server_ip, 4661);
+    let mut cmd = srv_ns.command(WEIR);
+    cmd.args([
+        "--allow",
+        &format!("10.231.{net}.0/24"),
+        "ed2k-server",
+        "--listen",
+    ])
+    .arg(server_addr.to_string())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+
+    let mut cfg = AmuleConfig::new("weirsrv", mule_ip);
+    cfg.shared_dirs.push(share.clone());
+    cfg.lab_server = Some(server_addr);
+    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    let login = wait_line(&lines, deadline, "amuled's login", |l| {
+        l.starts_with("login ")
+    })?;
+    assert!(login.contains(&format!("addr={mule_ip}:4662")), "{login}");
+    wait_line(&lines, deadline, "amuled's file offer", |l| {
+        l.starts_with("offer ") && !l.contains("total=0")
+    })?;
+    let status = amule.status()?;
+    assert!(status.contains("Connected"), "amuled status: {status}");
+
+    // amuled asks the server for sources of a file it wants.
+    let wanted = "ed2k://|file|wanted.bin|19456001|0123456789ABCDEF0123456789ABCDEF|/";
+    amule.add_link(wanted)?;
+    wait_line(&lines, deadline, "amuled's source request", |l| {
+        l.starts_with("sources ") && l.contains("0123456789ABCDEF0123456789ABCDEF")
+    })?;
+
+    // A weir-codec client gets amuled as the source of its file.
+    let found = srv_ns.run_in(|| -> anyhow::Result<ServerToClient> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(server_addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut out = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: Md4Hash([0x42; 16]),
+            client_id: 0,
+            port: 4999,
+            tags: vec![],
+        }
+        .encode(&mut out);
+        ClientToServer::GetSources {
+            file: Md4Hash::from_hex(&shared_hash)?,
+            size: Some(PARTSIZE + 5),
+            obfu: false,
+        }
+        .encode(&mut out);
+        s.write_all(&out)?;
+        let mut dec = Decoder::new(Limits::CLIENT);
+        let mut buf = BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            while let Some(p) = dec.decode(&mut buf)? {
+                let m = ServerToClient::decode(&p)?;
+                if matches!(m, ServerToClient::FoundSources { .. }) {
+                    return Ok(m);
+                }
+            }
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                bail!("server closed");
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })?;
+    let ServerToClient::FoundSources { sources, .. } = found else {
+        unreachable!()
+    };
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    assert_eq!(
+        (
+            weir_ed2k::client::hello::id_to_ip(sources[0].id),
+            sources[0].port
+        ),
+        (mule_ip, 4662)
+    );
+    amule.stop()?;
+    server.kill_tree()?;
+    Ok(())
+}

@@ -701,7 +701,7 @@ fn decode_inner(
         (Protocol::Edonkey, op::CANCELTRANSFER) => M::CancelTransfer,
         (Protocol::Edonkey, op::OUTOFPARTREQS) => M::OutOfPartReqs,
         (Protocol::Emule, eop::QUEUERANKING) => {
-            // aMule requires exactly 12 bytes (ClientTCPSocket.cpp:1456).
+            // aMule requires exactly 12 bytes (ClientTCPSocket.cpp:1455).
             if r.remaining() != 12 {
                 return Err(invalid(
                     "queue ranking",

@@ -80,6 +80,9 @@ pub struct TorrentConfig {
     pub seed: u64,
     /// Client name sent in the extension handshake.
     pub client_name: String,
+    /// Most requests in flight to one peer, whatever its rate (the
+    /// pipeline sizes below this; 1 makes every block a round trip).
+    pub max_requests: u32,
 }
 
 impl TorrentConfig {
@@ -96,6 +99,7 @@ impl TorrentConfig {
             max_unverified: 32 << 20,
             seed: 0x5eed,
             client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
+            max_requests: 4096,
         }
     }
 }
@@ -319,6 +323,7 @@ impl Torrent {
             theirs.supports_fast(),
             theirs.supports_extended(),
             self.geo.piece_count(),
+            self.cfg.max_requests,
             now,
         );
         if p.extended {

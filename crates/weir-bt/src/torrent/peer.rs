@@ -87,8 +87,13 @@ impl Peer {
         fast: bool,
         extended: bool,
         pieces: u32,
+        max_requests: u32,
         now: Instant,
     ) -> Self {
+        let mut pipe = PipelineConfig::new(BLOCK_LEN);
+        pipe.max_depth = max_requests.max(1);
+        pipe.min_depth = pipe.min_depth.min(pipe.max_depth);
+        pipe.initial_depth = pipe.initial_depth.min(pipe.max_depth);
         Self {
             addr,
             fast,
@@ -100,7 +105,7 @@ impl Peer {
             peer_interested: false,
             has: Has::Nothing(Bitfield::new(pieces)),
             got_first_message: false,
-            pipeline: Pipeline::new(PipelineConfig::new(BLOCK_LEN)),
+            pipeline: Pipeline::new(pipe),
             down: TransferMeter::new(now),
             up: TransferMeter::new(now),
             outstanding: HashMap::new(),

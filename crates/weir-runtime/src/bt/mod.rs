@@ -67,6 +67,8 @@ pub struct BtConfig {
     pub peer_id: [u8; 20],
     /// Storage worker threads.
     pub storage_workers: usize,
+    /// Most requests in flight to one peer (`None`: the pipeline decides).
+    pub max_requests: Option<u32>,
 }
 
 impl BtConfig {
@@ -86,6 +88,7 @@ impl BtConfig {
             recheck: false,
             peer_id: new_peer_id(),
             storage_workers: 2,
+            max_requests: None,
         }
     }
 }
@@ -327,6 +330,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     tcfg.order = cfg.order;
     tcfg.listen_port = local_addr.map(|a| a.port());
     tcfg.seed = fastrand_seed();
+    if let Some(m) = cfg.max_requests {
+        tcfg.max_requests = m;
+    }
     let torrent = Torrent::new(&meta, tcfg, &had, &check);
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {

@@ -160,7 +160,10 @@ async fn announce(ctx: &mut Ctx, event: Option<AnnounceEvent>) -> Result<Duratio
                     if !resp.peers.is_empty() {
                         let _ = ctx.tx.send(Msg::TrackerPeers(resp.peers)).await;
                     }
-                    let secs = resp.interval.max(resp.min_interval.unwrap_or(0)).clamp(30, 3600);
+                    let secs = resp
+                        .interval
+                        .max(resp.min_interval.unwrap_or(0))
+                        .clamp(30, 3600);
                     return Ok(Duration::from_secs(u64::from(secs)));
                 }
                 Err(e) => last_err = format!("{url}: {e}"),

@@ -40,6 +40,10 @@ pub(crate) struct TransferOpts {
     /// Hash all data already on disk instead of trusting resume data.
     #[arg(long)]
     pub(crate) recheck: bool,
+    /// Most requests in flight to one peer (default: sized from its rate
+    /// and round trip; 1 makes every block a round trip).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_requests: Option<u32>,
     /// No progress output.
     #[arg(short, long)]
     pub(crate) quiet: bool,
@@ -148,6 +152,7 @@ pub(crate) fn run_torrent(
         cfg.order = order;
         cfg.max_peers = opts.max_peers;
         cfg.recheck = opts.recheck;
+        cfg.max_requests = opts.max_requests;
         cfg.down = limiter(&opts.max_down, "--max-down")?;
         cfg.up = limiter(&opts.max_up, "--max-up")?;
         let name = meta.info.name.clone();

@@ -74,9 +74,32 @@ pub fn hashset_len(size: u64) -> u64 {
     }
 }
 
+/// The shared-core geometry of an eD2k file: [`PARTSIZE`] pieces of
+/// [`EMBLOCKSIZE`] blocks (the last block of a full part is 143,360 bytes,
+/// exactly the AICH leaves). Pieces are data parts: an exact multiple of
+/// the part size has no extra empty piece.
+pub fn geometry(size: u64) -> weir_core::geometry::Geometry {
+    // PARTSIZE and EMBLOCKSIZE are non-zero and MAX_FILE_SIZE / PARTSIZE
+    // fits a u32, so this cannot fail for any eD2k size.
+    weir_core::geometry::Geometry::new(size.min(MAX_FILE_SIZE), PARTSIZE as u32, EMBLOCKSIZE as u32)
+        .expect("eD2k geometry is always valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn geometry_matches_parts_and_aich_blocks() {
+        let g = geometry(2 * PARTSIZE);
+        assert_eq!(g.piece_count(), 2);
+        assert_eq!(g.blocks_in_piece(0), 53);
+        assert_eq!(g.block(0, 52).len, 143_360);
+        assert_eq!(g.block(1, 0).begin, 0);
+        let g = geometry(PARTSIZE + 10);
+        assert_eq!((g.piece_count(), g.piece_size(1)), (2, 10));
+        assert_eq!(geometry(0).piece_count(), 0);
+    }
 
     #[test]
     fn part_counts_match_amule_table() {

@@ -54,6 +54,16 @@ pub struct FileHashes {
 }
 
 impl FileHashes {
+    /// The MD4 every data part must hash to, for the shared core's
+    /// streaming verifier (`weir_core::storage::PieceVerifier` over
+    /// [`crate::geometry`]).
+    pub fn part_digests(&self) -> Vec<weir_core::storage::Digest> {
+        (0..crate::part_count(self.size))
+            .filter_map(|i| self.part_hash(i))
+            .map(|h| weir_core::storage::Digest::Md4(h.0))
+            .collect()
+    }
+
     /// The MD4 hash data part `index` must have (for a file below one part,
     /// the file hash). `None` past the last part.
     pub fn part_hash(&self, index: u64) -> Option<Md4Hash> {

@@ -48,6 +48,22 @@ fn one_part_keystream_vector_from_the_lab() {
 }
 
 #[test]
+fn core_verifier_accepts_parts_and_rejects_a_bad_one() {
+    use std::sync::Arc;
+    use weir_core::storage::PieceVerifier;
+    let len = PARTSIZE as usize + 1000;
+    let mut data = keystream(len);
+    let h = hash_all(&data);
+    let digests: Arc<[_]> = h.part_digests().into();
+    assert_eq!(digests.len(), 2);
+    let v = PieceVerifier::new(crate::geometry(len as u64), digests);
+    assert!(v.check(0, &data[..PARTSIZE as usize]));
+    assert!(v.check(1, &data[PARTSIZE as usize..]));
+    data[5] ^= 1;
+    assert!(!v.check(0, &data[..PARTSIZE as usize]));
+}
+
+#[test]
 fn empty_and_tiny_files() {
     let h = hash_all(b"");
     assert_eq!(h.file_hash, Md4Hash::EMPTY);

@@ -382,3 +382,200 @@ fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
     server.kill_tree()?;
     Ok(())
 }
+
+/// A blocking client connection that speaks weir's codecs.
+struct Wire {
+    s: std::net::TcpStream,
+    dec: Decoder,
+    buf: BytesMut,
+    ctx: weir_ed2k::client::DecodeCtx,
+    seen: Vec<String>,
+}
+
+impl Wire {
+    fn send(&mut self, m: &weir_ed2k::client::ClientMessage) -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        self.s.write_all(&b)?;
+        Ok(())
+    }
+
+    /// The next message for which `pick` returns `Some`, skipping others
+    /// (their names are kept in `seen`).
+    fn expect<T>(
+        &mut self,
+        what: &str,
+        mut pick: impl FnMut(&weir_ed2k::client::ClientMessage) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        use std::io::Read;
+        let mut chunk = vec![0u8; 256 << 10];
+        loop {
+            while let Some(p) = self.dec.decode(&mut self.buf)? {
+                let m = weir_ed2k::client::ClientMessage::decode(&p, &self.ctx)
+                    .with_context(|| format!("decoding while waiting for {what}"))?;
+                let (proto, op) = m.opcode();
+                self.seen.push(format!("{proto:?}/{op:#04x}"));
+                if let Some(t) = pick(&m) {
+                    return Ok(t);
+                }
+            }
+            let n = self
+                .s
+                .read(&mut chunk)
+                .with_context(|| format!("waiting for {what}; seen {:?}", self.seen))?;
+            if n == 0 {
+                bail!(
+                    "amuled closed while waiting for {what}; seen {:?}",
+                    self.seen
+                );
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// weir's client codecs against a stock amuled uploader, message by
+/// message: hello, multipacket (name, status, AICH hash), hashset, upload
+/// slot, three block requests and their data, AICH recovery data.
+#[test]
+fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
+    use weir_ed2k::client::hello::{OwnHello, user_hash_from_random};
+    use weir_ed2k::client::{
+        ClientMessage as M, DecodeCtx, ExtInfo, MultiAnswer, MultiRequest, PartStatus,
+    };
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-codec")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let path = share.join("two parts.bin");
+    let size = PARTSIZE + 500_000;
+    write_file(&path, size, 11)?;
+    let data = std::fs::read(&path)?;
+    let ours = weir_hash(&[path.clone()], true)?;
+    let (_, hex, parts, aich) = parse_link(&ours[0])?;
+    let file = Md4Hash::from_hex(&hex)?;
+    let master = AichHash::from_base32(&aich.expect("h="))?;
+    let hashset: Vec<Md4Hash> = parts
+        .expect("p=")
+        .split(':')
+        .map(Md4Hash::from_hex)
+        .collect::<Result<_, _>>()?;
+
+    let ns = Netns::new("ed2k-codec")?;
+    let mut cfg = AmuleConfig::new("weircodec", Ipv4Addr::LOCALHOST);
+    cfg.shared_dirs.push(share.clone());
+    let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
+    // Wait until amuled has hashed and shared the file.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !amule
+        .known_met()
+        .and_then(|b| read_known_met(&b).ok())
+        .is_some_and(|k| k.iter().any(|e| e.0 == file && e.2.is_some()))
+    {
+        if Instant::now() > deadline {
+            bail!("amuled did not share the file:\n{}", amule.log_tail(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = ns.run_in(|| -> anyhow::Result<Vec<String>> {
+        let s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, 4662))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut w = Wire {
+            s,
+            dec: Decoder::new(Limits::CLIENT),
+            buf: BytesMut::new(),
+            ctx: DecodeCtx::default(),
+            seen: Vec::new(),
+        };
+        let own = OwnHello::weir("weir-codec-test", 0, false);
+        let me = user_hash_from_random([0x5A; 16]);
+        w.send(&M::Hello(own.hello(me, 0x0100_007F, 4999)))?;
+        let hello = w.expect("OP_HELLOANSWER", |m| match m {
+            M::HelloAnswer(h) => Some(h.clone()),
+            _ => None,
+        })?;
+        let info = hello.info();
+        assert!(info.is_emule(), "{info:?}");
+        assert_eq!(info.compat_client(), Some(3), "aMule is SO_AMULE");
+        assert!(info.misc1.multipacket && info.misc2.ext_multipacket && info.misc2.large_files);
+        assert_eq!(info.misc1.ext_requests, 2);
+        w.ctx.peer_ext_requests = info.misc1.ext_requests;
+
+        let parts_n = weir_ed2k::ed2k_part_count(size) as u16;
+        w.send(&M::MultiPacket {
+            file,
+            size: Some(size),
+            entries: vec![
+                MultiRequest::RequestFileName(Some(ExtInfo {
+                    part_status: PartStatus::from_fn(parts_n, |_| false),
+                    complete_sources: Some(0),
+                })),
+                MultiRequest::SetReqFileId,
+                MultiRequest::AichFileHashReq,
+            ],
+        })?;
+        let answer = w.expect("OP_MULTIPACKETANSWER", |m| match m {
+            M::MultiPacketAnswer { file: f, entries } if *f == file => Some(entries.clone()),
+            _ => None,
+        })?;
+        assert!(answer.contains(&MultiAnswer::FileName(Bytes::from_static(b"two parts.bin"))));
+        assert!(answer.contains(&MultiAnswer::FileStatus(PartStatus::complete())));
+        assert!(
+            answer.contains(&MultiAnswer::AichFileHash(master)),
+            "{answer:?}"
+        );
+
+        w.send(&M::HashSetRequest { file })?;
+        let hs = w.expect("OP_HASHSETANSWER", |m| match m {
+            M::HashSetAnswer { hashes, .. } => Some(hashes.clone()),
+            _ => None,
+        })?;
+        assert_eq!(hs, hashset);
+
+        w.send(&M::StartUploadReq { file })?;
+        w.expect("OP_ACCEPTUPLOADREQ", |m| {
+            matches!(m, M::AcceptUploadReq).then_some(())
+        })?;
+        let b = weir_ed2k::EMBLOCKSIZE;
+        w.send(&M::RequestParts {
+            file,
+            ranges: [(0, b), (b, 2 * b), (2 * b, 3 * b)],
+        })?;
+        let mut got = vec![0u8; 3 * b as usize];
+        let mut filled = 0u64;
+        while filled < 3 * b {
+            let (start, bytes) = w.expect("OP_SENDINGPART", |m| match m {
+                M::SendingPart { start, data, .. } => Some((*start, data.clone())),
+                _ => None,
+            })?;
+            got[start as usize..start as usize + bytes.len()].copy_from_slice(&bytes);
+            filled += bytes.len() as u64;
+        }
+        assert!(
+            got == data[..3 * b as usize],
+            "block data differs from the file"
+        );
+
+        w.send(&M::AichRequest {
+            file,
+            part: 0,
+            master,
+        })?;
+        let rd = w.expect("OP_AICHANSWER", |m| match m {
+            M::AichAnswer { data, .. } => Some(data.clone()),
+            _ => None,
+        })?;
+        let (part, m2, rd) = rd.context("amuled refused the AICH request")?;
+        assert_eq!((part, m2), (0, master));
+        let blocks = rd.verify(size, master, 0)?;
+        assert_eq!(blocks.len(), 53);
+        w.send(&M::CancelTransfer)?;
+        Ok(w.seen)
+    })?;
+    eprintln!("packets from amuled: {log:?}");
+    amule.stop()?;
+    Ok(())
+}

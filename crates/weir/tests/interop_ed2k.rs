@@ -579,3 +579,273 @@ fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
     amule.stop()?;
     Ok(())
 }
+
+/// Answers one downloader connection with weir's codecs until it closes
+/// or `stop` is set: the uploader side of every message aMule sends.
+fn serve_with_codecs(
+    s: std::net::TcpStream,
+    me: weir_ed2k::client::Hello,
+    name: &str,
+    data: &[u8],
+    hashes: &weir_ed2k::hash::FileHashes,
+    stop: &std::sync::atomic::AtomicBool,
+    seen: &std::sync::Mutex<Vec<String>>,
+) -> anyhow::Result<()> {
+    use weir_ed2k::client::{ClientMessage as M, MultiAnswer, MultiRequest, PartStatus};
+    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut w = Wire {
+        s,
+        dec: Decoder::new(Limits::CLIENT),
+        buf: BytesMut::new(),
+        ctx: Default::default(),
+        seen: Vec::new(),
+    };
+    let file = hashes.file_hash;
+    let aich = hashes.aich.as_ref().expect("aich");
+    let mut sent = std::collections::HashSet::new();
+    loop {
+        let m = match w.expect("a request", |m| Some(m.clone())) {
+            Ok(m) => m,
+            Err(e) => {
+                let timed_out = e.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                        matches!(
+                            io.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        )
+                    })
+                });
+                if timed_out && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                seen.lock().unwrap().extend(w.seen.drain(..));
+                return if timed_out || e.to_string().contains("closed") {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+        };
+        match m {
+            M::Hello(h) => {
+                w.ctx.peer_ext_requests = h.info().misc1.ext_requests;
+                w.send(&M::HelloAnswer(me.clone()))?;
+            }
+            M::MultiPacket {
+                file: f, entries, ..
+            } if f == file => {
+                let mut out = Vec::new();
+                for e in entries {
+                    match e {
+                        MultiRequest::RequestFileName(_) => {
+                            out.push(MultiAnswer::FileName(Bytes::from(name.to_string())))
+                        }
+                        MultiRequest::SetReqFileId => {
+                            out.push(MultiAnswer::FileStatus(PartStatus::complete()))
+                        }
+                        MultiRequest::AichFileHashReq => {
+                            out.push(MultiAnswer::AichFileHash(aich.root()))
+                        }
+                        _ => {}
+                    }
+                }
+                w.send(&M::MultiPacketAnswer { file, entries: out })?;
+            }
+            M::MultiPacket { file: f, .. }
+            | M::RequestFileName { file: f, .. }
+            | M::SetReqFileId { file: f }
+                if f != file =>
+            {
+                w.send(&M::FileReqAnsNoFil { file: f })?
+            }
+            M::RequestFileName { .. } => w.send(&M::ReqFileNameAnswer {
+                file,
+                name: Bytes::from(name.to_string()),
+            })?,
+            M::SetReqFileId { .. } => w.send(&M::FileStatus {
+                file,
+                status: PartStatus::complete(),
+            })?,
+            M::HashSetRequest { .. } => w.send(&M::HashSetAnswer {
+                file,
+                hashes: hashes.hashset.clone(),
+            })?,
+            M::StartUploadReq { .. } => w.send(&M::AcceptUploadReq)?,
+            M::RequestParts { ranges, .. } => {
+                // aMule repeats its pending ranges in every request; an
+                // uploader sends each block once (UploadClient.cpp AddReqBlock).
+                for (start, end) in ranges {
+                    if start < end && end <= data.len() as u64 && sent.insert((start, end)) {
+                        w.send(&M::SendingPart {
+                            file,
+                            start,
+                            end,
+                            data: Bytes::copy_from_slice(&data[start as usize..end as usize]),
+                            wide: false,
+                        })?;
+                    }
+                }
+            }
+            M::AichRequest { part, .. } => {
+                let data = aich
+                    .recovery_data(part as u64)
+                    .ok()
+                    .map(|rd| (part, aich.root(), rd));
+                w.send(&M::AichAnswer { file, data })?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A stock amuled downloads a file from an uploader built on weir's codecs:
+/// it finds the source through `weir ed2k-server` (both on a veth pair, as
+/// aMule ignores 127.0.0.0/8 sources) and the file arrives byte-identical.
+#[test]
+fn amuled_downloads_from_weir_codecs() -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use weir_ed2k::client::hello::{OwnHello, ip_to_id, user_hash_from_random};
+    use weir_ed2k::server::{OfferedFile, ft};
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-up")?;
+    let name = "from weir.bin";
+    let size = PARTSIZE + 300_001;
+    let src = dir.path().join("src.bin");
+    write_file(&src, size, 21)?;
+    let data = std::fs::read(&src)?;
+    let mut h = weir_ed2k::hash::Ed2kHasher::new();
+    h.update(&data);
+    let hashes = h.finish();
+
+    let net = 150 + (std::process::id() % 50) as u8;
+    let srv_ns = Netns::new("ed2k-up-srv")?;
+    let mule_ns = Netns::new("ed2k-up-mule")?;
+    Netns::link_pair(
+        &srv_ns,
+        &mule_ns,
+        &format!("10.231.{net}.1/24"),
+        &format!("10.231.{net}.2/24"),
+    )?;
+    let up_ip = Ipv4Addr::new(10, 231, net, 1);
+    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let server_addr = SocketAddrV4::new(up_ip, 4661);
+    let mut cmd = srv_ns.command(WEIR);
+    cmd.args([
+        "--allow",
+        &format!("10.231.{net}.0/24"),
+        "ed2k-server",
+        "--listen",
+    ])
+    .arg(server_addr.to_string())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+
+    // The uploader: listen, log into the server, offer the file.
+    let (listener, _server_conn) = srv_ns.run_in(|| -> anyhow::Result<_> {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind((up_ip, 4662))?;
+        let mut s = std::net::TcpStream::connect(server_addr)?;
+        let mut b = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: user_hash_from_random([0x33; 16]),
+            client_id: 0,
+            port: 4662,
+            tags: vec![],
+        }
+        .encode(&mut b);
+        ClientToServer::OfferFiles {
+            files: vec![OfferedFile {
+                hash: hashes.file_hash,
+                client_id: ip_to_id(up_ip),
+                port: 4662,
+                tags: vec![
+                    weir_ed2k::tag::Tag::string(ft::FILENAME, Bytes::from(name)),
+                    weir_ed2k::tag::Tag::u32(ft::FILESIZE, size as u32),
+                ],
+            }],
+            new_tags: true,
+        }
+        .encode(&mut b);
+        s.write_all(&b)?;
+        Ok((l, s))
+    })?;
+    wait_line(&lines, deadline, "the uploader's offer", |l| {
+        l.starts_with("offer ") && l.contains("total=1")
+    })?;
+    let me = OwnHello::weir("weir-codec-uploader", 0, false).hello(
+        user_hash_from_random([0x33; 16]),
+        ip_to_id(up_ip),
+        4662,
+    );
+    let stop = AtomicBool::new(false);
+    let seen = std::sync::Mutex::new(Vec::new());
+    listener.set_nonblocking(false)?;
+
+    let mut cfg = AmuleConfig::new("weirdown", mule_ip);
+    cfg.lab_server = Some(server_addr);
+    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    wait_line(&lines, deadline, "amuled's login", |l| {
+        l.starts_with("login ") && l.contains(&mule_ip.to_string())
+    })?;
+    let link = weir_ed2k::link::FileLink {
+        name: name.into(),
+        size,
+        hash: hashes.file_hash,
+        aich: hashes.aich.as_ref().map(|a| a.root()),
+        part_hashes: None,
+        sources: vec![],
+    };
+    amule.add_link(&link.to_link())?;
+    let incoming = dir.path().join("conf").join("Incoming").join(name);
+    let result = std::thread::scope(|sc| -> anyhow::Result<()> {
+        let up = sc.spawn(|| -> anyhow::Result<()> {
+            // Serve connections one after another until told to stop.
+            listener.set_nonblocking(true)?;
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false)?;
+                        serve_with_codecs(s, me.clone(), name, &data, &hashes, &stop, &seen)?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(())
+        });
+        let done = loop {
+            if std::fs::metadata(&incoming).is_ok_and(|m| m.len() == size) {
+                break Ok(());
+            }
+            if up.is_finished() || Instant::now() > deadline {
+                break Err(anyhow::anyhow!(
+                    "download did not complete: {:?}\n{}",
+                    amule.downloads(),
+                    amule.log_tail(30)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        stop.store(true, Ordering::Relaxed);
+        up.join()
+            .map_err(|_| anyhow::anyhow!("uploader panicked"))??;
+        done
+    });
+    eprintln!("packets from amuled: {:?}", seen.lock().unwrap());
+    result?;
+    assert!(std::fs::read(&incoming)? == data, "downloaded file differs");
+    amule.stop()?;
+    server.kill_tree()?;
+    Ok(())
+}

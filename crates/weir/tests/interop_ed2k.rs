@@ -454,7 +454,7 @@ fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
     let size = PARTSIZE + 500_000;
     write_file(&path, size, 11)?;
     let data = std::fs::read(&path)?;
-    let ours = weir_hash(&[path.clone()], true)?;
+    let ours = weir_hash(std::slice::from_ref(&path), true)?;
     let (_, hex, parts, aich) = parse_link(&ours[0])?;
     let file = Md4Hash::from_hex(&hex)?;
     let master = AichHash::from_base32(&aich.expect("h="))?;

@@ -849,3 +849,85 @@ fn amuled_downloads_from_weir_codecs() -> anyhow::Result<()> {
     server.kill_tree()?;
     Ok(())
 }
+
+/// `weir hash` exit codes: 2 for bad input, 1 for a file that cannot be
+/// read; and `weir ed2k-server` answers a login on loopback (no root, no
+/// third-party program needed).
+#[test]
+fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
+    let dir = TempDir::new("ed2k-cli")?;
+    let code = |args: &[&str]| -> anyhow::Result<Option<i32>> {
+        Ok(Command::new(WEIR).args(args).output()?.status.code())
+    };
+    let f = dir.path().join("a b.bin");
+    write_file(&f, 1000, 3)?;
+    let f = f.to_str().context("utf-8 path")?;
+    assert_eq!(code(&["hash", f])?, Some(2), "no hash kind chosen");
+    assert_eq!(
+        code(&["hash", "--ed2k", dir.path().to_str().unwrap()])?,
+        Some(2),
+        "a directory"
+    );
+    assert_eq!(code(&["hash", "--ed2k", "/nonexistent/x"])?, Some(1));
+    let out = weir_hash(&[PathBuf::from(f)], false)?;
+    assert!(
+        out[0].starts_with("ed2k://|file|a%20b.bin|1000|"),
+        "{}",
+        out[0]
+    );
+    assert!(weir_ed2k::link::FileLink::parse(&out[0]).is_ok());
+
+    let mut cmd = Command::new(WEIR);
+    cmd.args([
+        "--allow",
+        "127.0.0.0/8",
+        "ed2k-server",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let l = wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+    let addr: std::net::SocketAddr = l.trim_start_matches("listening on ").parse()?;
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut b = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: Md4Hash([1; 16]),
+            client_id: 0,
+            port: 4662,
+            tags: vec![],
+        }
+        .encode(&mut b);
+        s.write_all(&b)?;
+        let mut dec = Decoder::new(Limits::CLIENT);
+        let mut buf = BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        let id = loop {
+            if let Some(p) = dec.decode(&mut buf)? {
+                if let ServerToClient::IdChange { id, .. } = ServerToClient::decode(&p)? {
+                    break id;
+                }
+                continue;
+            }
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                bail!("server closed");
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        assert_eq!(weir_ed2k::client::hello::id_to_ip(id), Ipv4Addr::LOCALHOST);
+    }
+    let login = wait_line(&lines, deadline, "login line", |l| l.starts_with("login "))?;
+    assert!(login.contains("addr=127.0.0.1:4662"), "{login}");
+    server.kill_tree()?;
+    Ok(())
+}

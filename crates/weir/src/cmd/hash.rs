@@ -2,8 +2,9 @@
 //! each file, `ed2k://|file|NAME|SIZE|HASH|h=AICH|/`.
 //!
 //! One pass over each file with 4 MiB reads: the MD4 part hashes and the
-//! AICH SHA-1 tree are computed on two threads fed the same buffers, so
-//! hashing runs at the speed of the slower of the two, not their sum.
+//! AICH SHA-1 tree are computed on two threads fed the same buffers while
+//! this thread reads ahead, so hashing runs at the speed of the slowest of
+//! the three, not their sum.
 
 use std::fs::File;
 use std::io::Read;
@@ -62,31 +63,41 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
 
 const BUF: usize = 4 << 20;
 
-/// Hashes one file: MD4 parts on this thread, AICH on a helper thread.
+/// Hashes one file: this thread reads, one thread computes the MD4 parts
+/// and one the AICH tree, all three on the same 4 MiB buffers (each buffer
+/// is reused once both hashers are done with it).
 pub(crate) fn hash_file(path: &Path) -> anyhow::Result<FileHashes> {
     let mut f = File::open(path).with_context(|| format!("open {}", path.display()))?;
     if f.metadata()?.is_dir() {
         return Err(bad_input(format!("{} is a directory", path.display())));
     }
-    let (tx, rx) = sync_channel::<Arc<Vec<u8>>>(2);
-    let (ret_tx, ret_rx) = sync_channel::<Arc<Vec<u8>>>(4);
+    let (md4_tx, md4_rx) = sync_channel::<Arc<Vec<u8>>>(2);
+    let (aich_tx, aich_rx) = sync_channel::<Arc<Vec<u8>>>(2);
+    let (pool_tx, pool_rx) = sync_channel::<Arc<Vec<u8>>>(8);
     std::thread::scope(|s| -> anyhow::Result<FileHashes> {
+        let pool = pool_tx.clone();
+        let md4 = s.spawn(move || {
+            let mut h = Ed2kHasher::md4_only();
+            for buf in md4_rx {
+                h.update(&buf);
+                let _ = pool.try_send(buf);
+            }
+            h.finish()
+        });
+        let pool = pool_tx;
         let aich = s.spawn(move || {
             let mut a = AichHasher::new();
-            for buf in rx {
+            for buf in aich_rx {
                 a.update(&buf);
-                let _ = ret_tx.try_send(buf);
+                let _ = pool.try_send(buf);
             }
             a.finish()
         });
-        let mut md4 = Ed2kHasher::md4_only();
         let mut result = Ok(());
         loop {
-            // Reuse a buffer the AICH thread is done with, when there is one.
-            let mut buf = ret_rx
-                .try_recv()
-                .ok()
-                .and_then(|b| Arc::try_unwrap(b).ok())
+            // A buffer both hashers are done with, else a new one.
+            let mut buf = std::iter::from_fn(|| pool_rx.try_recv().ok())
+                .find_map(|b| Arc::try_unwrap(b).ok())
                 .unwrap_or_else(|| Vec::with_capacity(BUF));
             buf.resize(BUF, 0);
             let n = match read_full(&mut f, &mut buf) {
@@ -100,17 +111,20 @@ pub(crate) fn hash_file(path: &Path) -> anyhow::Result<FileHashes> {
                 break;
             }
             buf.truncate(n);
-            md4.update(&buf);
-            if tx.send(Arc::new(buf)).is_err() {
+            let buf = Arc::new(buf);
+            if md4_tx.send(buf.clone()).is_err() || aich_tx.send(buf).is_err() {
                 break;
             }
         }
-        drop(tx);
+        drop((md4_tx, aich_tx));
+        let md4 = md4
+            .join()
+            .map_err(|_| anyhow::anyhow!("MD4 thread panicked"))?;
         let aich = aich
             .join()
             .map_err(|_| anyhow::anyhow!("AICH thread panicked"))?;
         result?;
-        let mut hashes = md4.finish();
+        let mut hashes = md4;
         hashes.aich = aich;
         Ok(hashes)
     })

@@ -11,7 +11,9 @@ mod msg;
 pub mod multipacket;
 
 pub use hello::{EmuleInfo, Hello, HelloInfo, MiscOptions1, MiscOptions2, OwnHello};
-pub use msg::{ClientMessage, DecodeCtx, DecodeError, PartStatus, sending_part_head};
+pub use msg::{
+    ClientMessage, DecodeCtx, DecodeError, PartStatus, request_parts, sending_part_head,
+};
 pub use multipacket::{ExtInfo, MultiAnswer, MultiRequest};
 
 /// eDonkey (`0xE3`) client opcodes (`Client2Client/TCP.h`).

@@ -552,6 +552,21 @@ impl ClientMessage {
     }
 }
 
+/// Splits block ranges into `OP_REQUESTPARTS` packets of exactly three
+/// `[start, end)` ranges each, the last padded with `(0, 0)`: the wire
+/// carries three per packet however many are pending (aMule #484), so a
+/// deeper local pending list goes out as several packets.
+pub fn request_parts(
+    file: Md4Hash,
+    ranges: &[(u64, u64)],
+) -> impl Iterator<Item = ClientMessage> + '_ {
+    ranges.chunks(3).map(move |c| {
+        let mut r = [(0, 0); 3];
+        r[..c.len()].copy_from_slice(c);
+        ClientMessage::RequestParts { file, ranges: r }
+    })
+}
+
 fn put_offsets(o: &mut impl BufMut, file: &Md4Hash, start: u64, end: u64, wide: bool) {
     o.put_slice(&file.0);
     if wide {

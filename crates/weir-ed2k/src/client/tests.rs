@@ -69,6 +69,27 @@ fn request_parts_layout_is_exactly_three_ranges() {
 }
 
 #[test]
+fn deep_pending_lists_go_out_three_ranges_per_packet() {
+    let f = Md4Hash([1; 16]);
+    let b = crate::EMBLOCKSIZE;
+    let pending: Vec<(u64, u64)> = (0..7).map(|i| (i * b, (i + 1) * b)).collect();
+    let packets: Vec<ClientMessage> = request_parts(f, &pending).collect();
+    assert_eq!(packets.len(), 3);
+    let mut asked = Vec::new();
+    for p in &packets {
+        let ClientMessage::RequestParts { ranges, .. } = p else {
+            panic!()
+        };
+        asked.extend(ranges.iter().filter(|r| r.0 < r.1).copied());
+        let mut w = BytesMut::new();
+        p.encode(&mut w);
+        assert_eq!(w.len(), 6 + 16 + 24);
+    }
+    assert_eq!(asked, pending);
+    assert!(request_parts(f, &[]).next().is_none());
+}
+
+#[test]
 fn sending_part_head_matches_full_encoding() {
     let f = Md4Hash([3; 16]);
     let data = Bytes::from(vec![5u8; 10_240]);

@@ -12,6 +12,7 @@ pub mod netns;
 pub mod payload;
 pub mod process;
 pub mod tmpdir;
+pub mod torrent;
 
 pub use netns::Netns;
 pub use process::{Proc, Usage};

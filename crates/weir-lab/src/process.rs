@@ -57,6 +57,8 @@ pub struct Proc {
     exited: Option<(ExitStatus, Usage)>,
     stdout_log: Option<PathBuf>,
     stderr_log: Option<PathBuf>,
+    /// Directories that live as long as the process (config, logs).
+    keep: Vec<crate::tmpdir::TempDir>,
 }
 
 /// How long [`Proc::kill_tree`] waits after SIGTERM before SIGKILL.
@@ -80,6 +82,7 @@ impl Proc {
             exited: None,
             stdout_log: None,
             stderr_log: None,
+            keep: Vec::new(),
         })
     }
 
@@ -97,6 +100,12 @@ impl Proc {
         p.stdout_log = Some(out);
         p.stderr_log = Some(err);
         Ok(p)
+    }
+
+    /// Keeps `dir` until this `Proc` is dropped (after its process has
+    /// been ended), for a client's config and log directory.
+    pub fn attach(&mut self, dir: crate::tmpdir::TempDir) {
+        self.keep.push(dir);
     }
 
     /// The label given at spawn.

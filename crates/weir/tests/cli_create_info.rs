@@ -207,3 +207,60 @@ fn symlink_loops_are_refused() {
         text(&out.stderr)
     );
 }
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+/// The same payload and piece size give the same info-hash as mktorrent
+/// (which sends nothing on the network, so no namespace is needed).
+#[test]
+fn info_hash_matches_mktorrent() {
+    if !on_path("mktorrent") {
+        if std::env::var_os("CI").is_some() {
+            panic!("mktorrent is not installed (CI)");
+        }
+        eprintln!("skipping: mktorrent is not installed");
+        return;
+    }
+    let s = Scratch::new("mktorrent");
+    let root = s.0.join("p");
+    for (i, (name, len)) in [
+        ("a.bin", 70_000),
+        ("b/c.bin", 33_333),
+        ("b/d/e", 0),
+        ("z", 5),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = root.join(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, pattern(*len, i as u8)).unwrap();
+    }
+    fs::write(s.0.join("one.bin"), pattern(100_000, 9)).unwrap();
+    for (input, l, size) in [("p", "15", "32KiB"), ("one.bin", "16", "64KiB")] {
+        let m = Command::new("mktorrent")
+            .args(["-l", l, "-o", "m.torrent", input])
+            .current_dir(&s.0)
+            .output()
+            .unwrap();
+        assert!(m.status.success(), "{}", text(&m.stderr));
+        let w = weir(
+            &["create", input, "-o", "w.torrent", "--piece-size", size],
+            &s.0,
+        );
+        assert!(w.status.success(), "{}", text(&w.stderr));
+        let parse = |f: &str| {
+            weir_bt::metainfo::Metainfo::from_bytes(&fs::read(s.0.join(f)).unwrap()).unwrap()
+        };
+        assert_eq!(
+            parse("m.torrent").info_hash,
+            parse("w.torrent").info_hash,
+            "{input}"
+        );
+        fs::remove_file(s.0.join("m.torrent")).unwrap();
+    }
+}

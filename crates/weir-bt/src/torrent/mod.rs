@@ -18,9 +18,10 @@
 //! data goes back as a header plus a slice of the read buffer.
 
 mod peer;
+mod smartban;
 mod upload;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +94,7 @@ impl TorrentConfig {
             listen_port: None,
             order: Order::RarestFirst,
             upload_slots: 8,
-            max_peer_requests: 2048,
+            max_peer_requests: 4096,
             upload_watermark: 4 << 20,
             max_read: 1 << 20,
             max_unverified: 32 << 20,
@@ -185,8 +186,8 @@ struct Assembly {
     next: u32,
     /// Blocks that arrived ahead of a gap.
     pending: BTreeMap<u32, Bytes>,
-    /// Peers whose blocks went into it.
-    contributors: Vec<ConnId>,
+    /// (offset, length, sender) of every block that went into it.
+    blocks_from: Vec<(u32, u32, ConnId)>,
 }
 
 /// Contiguous data is handed to storage in runs of at least this much (or
@@ -200,12 +201,14 @@ pub struct Torrent {
     geo: Geometry,
     cfg: TorrentConfig,
     picker: Picker,
-    peers: HashMap<ConnId, Peer>,
-    assembly: HashMap<u32, Assembly>,
+    peers: BTreeMap<ConnId, Peer>,
+    assembly: BTreeMap<u32, Assembly>,
     unverified: u64,
     events: VecDeque<Event>,
     dirty: Vec<ConnId>,
-    reads: HashMap<u64, upload::Read>,
+    reads: BTreeMap<u64, upload::Read>,
+    evidence: BTreeMap<u32, smartban::Evidence>,
+    banned: std::collections::BTreeSet<SocketAddr>,
     next_read: u64,
     checking: Bitfield,
     checks_in_flight: u32,
@@ -244,12 +247,14 @@ impl Torrent {
             geo,
             cfg,
             picker,
-            peers: HashMap::new(),
-            assembly: HashMap::new(),
+            peers: BTreeMap::new(),
+            assembly: BTreeMap::new(),
             unverified: 0,
             events: VecDeque::new(),
             dirty: Vec::new(),
-            reads: HashMap::new(),
+            reads: BTreeMap::new(),
+            evidence: BTreeMap::new(),
+            banned: std::collections::BTreeSet::new(),
             next_read: 0,
             checking,
             checks_in_flight: 0,
@@ -463,6 +468,9 @@ impl Torrent {
     pub fn handle_storage(&mut self, ev: StorageEvent, now: Instant) {
         match ev {
             StorageEvent::PieceDone { piece, ok } => self.on_piece_done(piece, ok, now),
+            StorageEvent::ReadDone { id, data } if id & smartban::SMARTBAN_READ != 0 => {
+                self.on_smartban_read(id, data, now)
+            }
             StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
             StorageEvent::Failed { error } => self.events.push_back(Event::Fatal(error)),
         }
@@ -570,7 +578,7 @@ impl Torrent {
         // Without the fast extension a choke cancels every request; with it
         // the peer rejects each one explicitly.
         if !p.fast {
-            for (piece, begin) in p.outstanding.drain().map(|(k, _)| k) {
+            for (piece, begin) in std::mem::take(&mut p.outstanding).into_keys() {
                 self.picker.release(conn, piece, begin);
             }
         }
@@ -585,6 +593,14 @@ impl Torrent {
             return;
         }
         let mut n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
+        if p.snubbed {
+            // A snubbed peer gets nothing others could deliver: only an
+            // endgame duplicate, one at a time, to see if it came back.
+            if !self.picker.in_endgame() {
+                return;
+            }
+            n = n.min(1usize.saturating_sub(p.outstanding.len()));
+        }
         if self.picker.in_endgame() {
             // Endgame: every block is already asked of someone. A peer with
             // little in flight may duplicate a few, not a whole pipeline.
@@ -668,9 +684,7 @@ impl Torrent {
     fn assemble(&mut self, conn: ConnId, piece: u32, begin: u32, data: Bytes) {
         let size = self.geo.piece_size(piece);
         let a = self.assembly.entry(piece).or_default();
-        if !a.contributors.contains(&conn) {
-            a.contributors.push(conn);
-        }
+        a.blocks_from.push((begin, data.len() as u32, conn));
         if begin != a.next {
             a.pending.insert(begin, data);
             return;
@@ -700,6 +714,7 @@ impl Torrent {
         let a = self.assembly.remove(&piece).unwrap_or_default();
         if ok {
             self.picker.piece_verified(piece);
+            self.piece_passed(piece);
             self.events.push_back(Event::PieceVerified(piece));
             let conns: Vec<ConnId> = self.peers.keys().copied().collect();
             for c in conns {
@@ -713,25 +728,7 @@ impl Torrent {
                 self.drop_seeds();
             }
         } else {
-            self.stats.hash_failures += 1;
-            self.picker.piece_failed(piece);
-            for c in a.contributors {
-                let Some(p) = self.peers.get_mut(&c).filter(|p| !p.closing) else {
-                    continue;
-                };
-                p.strikes += 1;
-                if p.strikes >= BAN_STRIKES {
-                    let addr = p.addr;
-                    self.stats.banned += 1;
-                    let reason =
-                        format!("sent data for {} pieces that failed their hash", p.strikes);
-                    self.events.push_back(Event::Ban {
-                        addr,
-                        reason: reason.clone(),
-                    });
-                    self.close(c, reason);
-                }
-            }
+            self.piece_failed(piece, a, now);
         }
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
@@ -810,8 +807,11 @@ impl Torrent {
                 .outstanding
                 .values()
                 .any(|o| now.saturating_duration_since(o.sent_at) > REQUEST_TIMEOUT);
-            if timed_out && now.saturating_duration_since(p.last_block_at) > REQUEST_TIMEOUT {
-                // Snubbed: give its blocks to others, keep asking it gently.
+            let snubbed_now =
+                timed_out && now.saturating_duration_since(p.last_block_at) > REQUEST_TIMEOUT;
+            if snubbed_now {
+                // Snubbed: its blocks go to others; until it delivers again
+                // it is asked only for endgame duplicates.
                 p.snubbed = true;
                 p.pipeline.on_timeout();
                 let keys: Vec<(u32, u32)> = p.outstanding.keys().copied().collect();
@@ -823,7 +823,9 @@ impl Torrent {
             if keepalive {
                 self.mark_dirty(c);
             }
-            self.fill_requests(c, now);
+            if !snubbed_now {
+                self.fill_requests(c, now);
+            }
         }
     }
 

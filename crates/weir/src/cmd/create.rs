@@ -130,7 +130,9 @@ fn walk(
     Ok(())
 }
 
-type Job = (usize, Vec<u8>);
+/// (sequence number, buffer, bytes filled): buffers stay full length and
+/// are reused, so nothing is zeroed per chunk.
+type Job = (usize, Vec<u8>, usize);
 type Hashed = (usize, Vec<[u8; 20]>, Vec<u8>);
 
 /// The reader's side of the hashing pool: hands out piece-aligned chunks,
@@ -157,10 +159,9 @@ impl Pool {
             } else {
                 self.results.try_recv().ok()
             };
-            let Some((seq, hashes, mut buf)) = r else {
+            let Some((seq, hashes, buf)) = r else {
                 break;
             };
-            buf.clear();
             self.spare.push(buf);
             self.done.insert(seq, hashes);
             self.in_flight -= 1;
@@ -172,10 +173,10 @@ impl Pool {
     }
 
     /// Queues a chunk for hashing (blocks while the workers are busy).
-    fn submit(&mut self, buf: Vec<u8>) -> anyhow::Result<()> {
+    fn submit(&mut self, buf: Vec<u8>, filled: usize) -> anyhow::Result<()> {
         self.reap(false)?;
         let jobs = self.jobs.as_ref().expect("submit before finish");
-        jobs.send((self.seq, buf))
+        jobs.send((self.seq, buf, filled))
             .map_err(|_| anyhow::anyhow!("hashing thread stopped"))?;
         self.seq += 1;
         self.in_flight += 1;
@@ -183,9 +184,7 @@ impl Pool {
     }
 
     fn buffer(&mut self, capacity: usize) -> Vec<u8> {
-        self.spare
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(capacity))
+        self.spare.pop().unwrap_or_else(|| vec![0; capacity])
     }
 
     /// Waits for every chunk and returns the hashes in order.
@@ -219,8 +218,10 @@ fn hash_sources(
                 loop {
                     // One lock per multi-MiB chunk.
                     let job = rx.lock().map(|r| r.recv());
-                    let Ok(Ok((seq, buf))) = job else { break };
-                    let hashes = hash_pieces(&buf, piece_length);
+                    let Ok(Ok((seq, buf, filled))) = job else {
+                        break;
+                    };
+                    let hashes = hash_pieces(&buf[..filled], piece_length);
                     if tx.send((seq, hashes, buf)).is_err() {
                         break;
                     }
@@ -236,39 +237,36 @@ fn hash_sources(
             in_flight: 0,
             seq: 0,
         };
-        let mut buf = Vec::with_capacity(chunk);
+        let mut buf = vec![0u8; chunk];
+        let mut filled = 0usize;
         for src in sources {
             let mut f = File::open(&src.fs_path)
                 .with_context(|| format!("cannot open {}", src.fs_path.display()))?;
             let mut left = src.length;
             while left > 0 {
-                let want = (chunk - buf.len()).min(usize::try_from(left).unwrap_or(usize::MAX));
-                let at = buf.len();
-                buf.resize(at + want, 0);
-                let n = match f.read(&mut buf[at..]) {
+                let want = (chunk - filled).min(usize::try_from(left).unwrap_or(usize::MAX));
+                let n = match f.read(&mut buf[filled..filled + want]) {
                     Ok(n) => n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {
-                        buf.truncate(at);
-                        continue;
-                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => {
                         return Err(e)
                             .with_context(|| format!("cannot read {}", src.fs_path.display()));
                     }
                 };
-                buf.truncate(at + n);
                 if n == 0 {
                     anyhow::bail!("{} shrank while it was being read", src.fs_path.display());
                 }
+                filled += n;
                 left -= n as u64;
-                if buf.len() == chunk {
+                if filled == chunk {
                     let next = pool.buffer(chunk);
-                    pool.submit(std::mem::replace(&mut buf, next))?;
+                    pool.submit(std::mem::replace(&mut buf, next), filled)?;
+                    filled = 0;
                 }
             }
         }
-        if !buf.is_empty() {
-            pool.submit(buf)?;
+        if filled > 0 {
+            pool.submit(buf, filled)?;
         }
         pool.finish()
     })

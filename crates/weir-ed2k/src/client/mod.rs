@@ -9,12 +9,12 @@
 pub mod hello;
 mod msg;
 pub mod multipacket;
+mod parts;
 
 pub use hello::{EmuleInfo, Hello, HelloInfo, MiscOptions1, MiscOptions2, OwnHello};
-pub use msg::{
-    ClientMessage, DecodeCtx, DecodeError, PartStatus, request_parts, sending_part_head,
-};
+pub use msg::{ClientMessage, DecodeCtx, DecodeError};
 pub use multipacket::{ExtInfo, MultiAnswer, MultiRequest};
+pub use parts::{PartStatus, request_parts, sending_part_head};
 
 /// eDonkey (`0xE3`) client opcodes (`Client2Client/TCP.h`).
 pub mod op {

@@ -23,7 +23,7 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::msg::PartStatus;
+use super::parts::PartStatus;
 use super::{emule_op, op};
 use crate::AichHash;
 use crate::wire::{Reader, WireError, invalid};

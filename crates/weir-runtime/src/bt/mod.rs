@@ -34,8 +34,8 @@ use weir_core::policy::NetPolicy;
 use weir_core::storage::{FileLayout, StorageEvent};
 
 use crate::bandwidth::Limiter;
+use crate::peerconn::{self, ConnEvent, Outgoing};
 use crate::storage::{DiskStorage, StorageConfig, load_resume};
-use conn::Outgoing;
 
 /// How to run one torrent.
 #[derive(Clone, Debug)]
@@ -223,23 +223,15 @@ pub(crate) enum Msg {
         addr: SocketAddr,
         error: String,
     },
-    Messages {
-        conn: ConnId,
-        msgs: Vec<Message>,
-    },
-    ReadError {
-        conn: ConnId,
-        reason: String,
-    },
-    Closed {
-        conn: ConnId,
-    },
-    Sent {
-        conn: ConnId,
-        bytes: u64,
-    },
+    Conn(ConnEvent<Message>),
     TrackerPeers(Vec<SocketAddr>),
     Stop,
+}
+
+impl From<ConnEvent<Message>> for Msg {
+    fn from(e: ConnEvent<Message>) -> Self {
+        Msg::Conn(e)
+    }
 }
 
 /// The layout of a torrent's files under `out_dir`.
@@ -524,23 +516,23 @@ impl Driver {
                     k.next_try = now + backoff;
                 }
             }
-            Msg::Messages { conn, msgs } => {
+            Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
                 for m in msgs {
                     self.torrent.handle_message(conn, m, now);
                 }
             }
-            Msg::ReadError { conn, reason } => {
+            Msg::Conn(ConnEvent::ReadError { conn, reason }) => {
                 if let Some(c) = self.conns.get(&conn) {
                     tracing::info!("peer {}: {reason}; disconnected", c.addr);
                 }
                 self.torrent.peer_error(conn, reason, now);
                 self.drop_conn(conn);
             }
-            Msg::Closed { conn } => {
+            Msg::Conn(ConnEvent::Closed { conn }) => {
                 self.torrent.remove_peer(conn, now);
                 self.drop_conn(conn);
             }
-            Msg::Sent { conn, bytes } => self.torrent.on_sent(conn, bytes, now),
+            Msg::Conn(ConnEvent::Sent { conn, bytes }) => self.torrent.on_sent(conn, bytes, now),
             Msg::TrackerPeers(peers) => {
                 for p in peers {
                     self.add_known(p);
@@ -581,15 +573,15 @@ impl Driver {
         let (rd, wr) = stream.into_split();
         let (wtx, wrx) = mpsc::unbounded_channel();
         let limits = Limits::new(self.torrent.geometry().piece_count());
-        let reader = tokio::spawn(conn::reader(
+        let reader = tokio::spawn(peerconn::reader(
             conn,
             rd,
             leftover,
-            limits,
+            conn::WireDecoder(limits),
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(conn::writer(
+        tokio::spawn(peerconn::writer::<Message, Msg>(
             conn,
             wr,
             wrx,

@@ -14,8 +14,13 @@
 //!   `BytesMut` with a length limit, bounded zlib inflation.
 //! - [`client`]: typed client-to-client messages (hello, file requests,
 //!   multipackets, hashsets, AICH, upload slots, part requests and data).
-//! - [`server`]: the client-to-server protocol and a small sans-IO index
-//!   server (`weir ed2k-server` runs it over sockets).
+//! - [`server`]: the client-to-server protocol, a sans-IO index server
+//!   (`weir ed2k-server` runs it over sockets) and the client's side of a
+//!   server connection.
+//! - [`transfer`]: the client state machine: downloads (pending lists sized
+//!   by the shared pipeline, three ranges per request packet, MD4 and AICH
+//!   verification) and uploads (queue, slots, zero-copy part data) of any
+//!   number of files over any number of connections.
 //!
 //! Wire facts (layouts, what aMule 2.3.3 sends and expects) are recorded in
 //! `PROTOCOL-NOTES.md` beside this crate, with the aMule source lines they
@@ -28,6 +33,7 @@ pub mod link;
 pub mod packet;
 pub mod server;
 pub mod tag;
+pub mod transfer;
 pub mod wire;
 
 mod types;

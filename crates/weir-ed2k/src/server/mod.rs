@@ -25,6 +25,7 @@
 //! | `0x44` FOUNDSOURCES_OBFU | s→c | `<hash 16><count u8>(<id u32><port u16><crypt u8>[<hash 16> if crypt & 0x80])*` |
 
 pub mod index;
+pub mod session;
 
 use std::net::Ipv4Addr;
 
@@ -37,6 +38,7 @@ use crate::tag::{self, Tag};
 use crate::wire::{Reader, WireError, invalid};
 
 pub use index::{ConnId, IndexServer, ServerConfig, ServerEvent};
+pub use session::{ServerSession, SessionEvent, SharedInfo};
 
 /// Server opcodes.
 pub mod op {

@@ -233,6 +233,8 @@ pub struct FileProgress {
     pub digests_known: bool,
     /// Whether it is complete.
     pub complete: bool,
+    /// Whether data already on disk is being hashed.
+    pub checking: bool,
 }
 
 /// Errors adding a file.
@@ -428,6 +430,7 @@ impl Client {
             parts: f.geo.piece_count(),
             digests_known: f.hashset.is_some(),
             complete: f.is_complete(),
+            checking: f.is_checking(),
         }
     }
 

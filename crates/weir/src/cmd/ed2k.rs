@@ -1,17 +1,27 @@
-//! eD2k front end: `weir ed2k-server` (a small index server for LAN swarms
-//! and tests). `weir get 'ed2k://...'` and `weir seed --ed2k` land here
-//! with the client session.
+//! eD2k front end: `weir get 'ed2k://...'` (download), `weir seed --ed2k
+//! FILE...` (share) and `weir ed2k-server` (a small index server for LAN
+//! swarms and tests).
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use weir_ed2k::client::hello::id_to_ip;
+use weir_ed2k::link::FileLink;
 use weir_ed2k::server::{ServerConfig, ServerEvent};
-use weir_runtime::ed2k::{Ed2kServer, ServerOptions};
+use weir_runtime::bandwidth::{Limiter, bucket};
+use weir_runtime::ed2k::client as ed2k_client;
+use weir_runtime::ed2k::{
+    Ed2kConfig, Ed2kError, Ed2kServer, Phase, ServerOptions, SharedFile, userhash,
+};
 
 use crate::cmd::Ctx;
+use crate::cmd::get::TransferOpts;
+use crate::exit::bad_input;
+use crate::progress::{Progress, Sample, parse_rate};
 
 /// Arguments of `weir ed2k-server`.
 #[derive(clap::Args)]
@@ -88,22 +98,224 @@ fn describe(e: &ServerEvent) -> String {
     }
 }
 
-/// `weir get ed2k://...` (placeholder until the eD2k client lands).
+/// `weir get 'ed2k://|file|...|/'`: downloads the file into `out` from
+/// the link's sources, `--peer` addresses and `--server` sources, with the
+/// same progress display and exit codes as a torrent (0 complete, 1
+/// stopped or failed, 2 bad input such as a malformed link).
 pub(crate) fn get(
-    _ctx: &Ctx,
-    _link: &str,
-    _out: &std::path::Path,
-    _seed: bool,
-    _opts: &crate::cmd::get::TransferOpts,
+    ctx: &Ctx,
+    link: &str,
+    out: &Path,
+    seed: bool,
+    opts: &TransferOpts,
 ) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("eD2k downloads are not implemented yet")
+    let link = FileLink::parse(link).map_err(|e| bad_input(format!("{e}")))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let label = link.name.clone();
+    let total = link.size;
+    let cfg = config(ctx, out.to_path_buf(), seed, opts)?;
+    run(cfg, opts, vec![link], Vec::new(), &label, total, false)
 }
 
-/// `weir seed --ed2k FILE...` (placeholder until the eD2k client lands).
-pub(crate) fn seed(
-    _ctx: &Ctx,
-    _files: &[std::path::PathBuf],
-    _opts: &crate::cmd::get::TransferOpts,
+/// `weir seed --ed2k FILE...`: hashes the files, prints one ed2k link per
+/// file on stdout (with this client as a source when the listen address is
+/// a specific one) and shares them until interrupted.
+pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow::Result<ExitCode> {
+    let mut shares = Vec::new();
+    for path in files {
+        let md =
+            std::fs::metadata(path).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+        if !md.is_file() {
+            return Err(bad_input(format!("{} is not a file", path.display())));
+        }
+        if md.len() == 0 {
+            return Err(bad_input(format!(
+                "{}: eD2k cannot share an empty file",
+                path.display()
+            )));
+        }
+        let hashes = crate::cmd::hash::hash_file(path)?;
+        shares.push(SharedFile {
+            path: path.clone(),
+            hashes,
+        });
+    }
+    let total = shares.iter().map(|s| s.hashes.size).sum();
+    let label = match shares.as_slice() {
+        [one] => one
+            .path
+            .file_name()
+            .map_or_else(|| "ed2k".into(), |n| n.to_string_lossy().into_owned()),
+        many => format!("{} files", many.len()),
+    };
+    let cfg = config(ctx, PathBuf::from("."), true, opts)?;
+    run(cfg, opts, Vec::new(), shares, &label, total, true)
+}
+
+fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
+    let r = parse_rate(spec).map_err(|e| bad_input(format!("{what}: {e}")))?;
+    Ok(if r == 0 {
+        Limiter::unlimited()
+    } else {
+        Limiter::new(vec![bucket(r)])
+    })
+}
+
+fn config(ctx: &Ctx, out: PathBuf, seed: bool, opts: &TransferOpts) -> anyhow::Result<Ed2kConfig> {
+    let path = userhash::default_path();
+    let user_hash = userhash::load_or_create(&path)
+        .with_context(|| format!("user hash ({})", path.display()))?;
+    let mut cfg = Ed2kConfig::new(ctx.policy.clone(), out, user_hash);
+    cfg.listen = Some(opts.listen);
+    cfg.peers = crate::cmd::get::resolve_peers(ctx, &opts.peers)?;
+    for s in &opts.servers {
+        if !ctx.policy.allows(s.ip()) {
+            return Err(bad_input(format!(
+                "--server {s}: outside the network policy {}",
+                ctx.policy
+            )));
+        }
+    }
+    cfg.servers = opts.servers.clone();
+    cfg.seed = seed;
+    cfg.max_peers = opts.max_peers;
+    cfg.recheck = opts.recheck;
+    cfg.max_requests = opts.max_requests;
+    Ok(cfg)
+}
+
+/// Runs the client with progress until done (or, sharing, interrupted).
+fn run(
+    mut cfg: Ed2kConfig,
+    opts: &TransferOpts,
+    downloads: Vec<FileLink>,
+    shares: Vec<SharedFile>,
+    label: &str,
+    total: u64,
+    print_links: bool,
 ) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("eD2k seeding is not implemented yet")
+    let quiet = opts.quiet;
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async move {
+        // Buckets run a refill task: made inside the runtime.
+        cfg.down = limiter(&opts.max_down, "--max-down")?;
+        cfg.up = limiter(&opts.max_up, "--max-up")?;
+        let handle = match ed2k_client::start(cfg.clone(), downloads.clone(), shares.clone()).await
+        {
+            Ok(h) => h,
+            Err(Ed2kError::Listen { addr, .. }) if addr.port() == 6881 => {
+                // The default port is taken: let the system pick one.
+                cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
+                ed2k_client::start(cfg, downloads, shares.clone()).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(a) = handle.local_addr {
+            tracing::info!("listening on {a}");
+        }
+        if print_links {
+            let mut out = std::io::stdout().lock();
+            for s in &shares {
+                let _ = writeln!(out, "{}", share_link(s, handle.local_addr));
+            }
+            let _ = out.flush();
+        }
+        let mut display = Progress::new(label, total, quiet);
+        let mut rx = handle.progress.clone();
+        let stopper = handle.stopper();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let mut interrupted = false;
+        let summary_task = tokio::spawn(handle.wait());
+        while !summary_task.is_finished() {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = &mut ctrl_c, if !interrupted => {
+                    interrupted = true;
+                    eprintln!("{label}: stopping (verified parts are kept for resume)");
+                    stopper.stop().await;
+                }
+            }
+            let p = rx.borrow_and_update().clone();
+            display.update(&Sample {
+                done: p.done,
+                total: p.total,
+                down_rate: p.stats.download_rate,
+                up_rate: p.stats.upload_rate,
+                peers: p.stats.peers,
+                phase: match p.phase {
+                    Phase::Checking => "checking",
+                    Phase::Downloading => "downloading",
+                    Phase::Seeding => "seeding",
+                    Phase::Done => "done",
+                },
+            });
+        }
+        let summary = summary_task.await??;
+        let secs = summary.elapsed.as_secs_f64();
+        let st = &summary.stats;
+        if print_links {
+            display.finish(&format!(
+                "stopped; uploaded {} to {} peers' requests",
+                crate::progress::bytes(st.uploaded),
+                st.peers
+            ));
+            return Ok(ExitCode::SUCCESS);
+        }
+        if summary.complete {
+            display.finish(&format!(
+                "complete: {} in {:.2} s ({}), uploaded {}{}",
+                crate::progress::bytes(summary.done),
+                secs,
+                crate::progress::rate(st.downloaded as f64 / secs.max(1e-9)),
+                crate::progress::bytes(st.uploaded),
+                repairs(st),
+            ));
+            Ok(ExitCode::SUCCESS)
+        } else {
+            display.finish(&format!(
+                "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                summary.done as f64 * 100.0 / total.max(1) as f64,
+                st.hash_failures,
+                st.banned
+            ));
+            Ok(ExitCode::from(1))
+        }
+    })
+}
+
+fn repairs(st: &weir_ed2k::transfer::Stats) -> String {
+    if st.hash_failures == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} bad parts ({} repaired with AICH), {} peers banned",
+        st.hash_failures, st.aich_repairs, st.banned
+    )
+}
+
+/// The link of a shared file, naming this client as a source when it
+/// listens on a specific IPv4 address.
+fn share_link(s: &SharedFile, local: Option<SocketAddr>) -> String {
+    let name = s
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let link = FileLink {
+        name,
+        size: s.hashes.size,
+        hash: s.hashes.file_hash,
+        aich: s.hashes.aich.as_ref().map(|a| a.root()),
+        part_hashes: None,
+        sources: Vec::new(),
+    };
+    let base = link.to_link();
+    match local {
+        Some(SocketAddr::V4(a)) if !a.ip().is_unspecified() => {
+            format!("{base}|sources,{}:{}|/", a.ip(), a.port())
+        }
+        _ => base,
+    }
 }

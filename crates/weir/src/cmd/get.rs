@@ -28,6 +28,9 @@ pub(crate) struct TransferOpts {
     /// Do not contact the torrent's trackers.
     #[arg(long)]
     pub(crate) no_trackers: bool,
+    /// eD2k server to log into, to find sources and be found (repeatable).
+    #[arg(long = "server", value_name = "IP:PORT")]
+    pub(crate) servers: Vec<SocketAddr>,
     /// Download cap, e.g. 20MB/s (0: unlimited).
     #[arg(long, value_name = "RATE", default_value = "0")]
     pub(crate) max_down: String,

@@ -1,0 +1,1035 @@
+//! The eD2k client over tokio: one driver task owns the sans-IO
+//! [`Client`] and feeds it; per-connection reader and writer tasks
+//! ([`crate::peerconn`]) move bytes; one [`DiskStorage`] per file hashes
+//! and writes off the network tasks; an optional server connection finds
+//! sources and publishes our files.
+//!
+//! ```text
+//! listener/dialer --TcpStream--> driver: Client::add_conn (hello goes out)
+//! reader (512 KiB reads, framed in place) --Vec<Packet>--> driver
+//! driver --Send{chunks}--> writer (vectored writes)   --Sent--> driver
+//! driver --StorageOp--> DiskStorage (per file) --StorageEvent--> driver
+//! server reader --ServerPacket--> driver: ServerSession (sources, callbacks)
+//! ```
+//!
+//! The driver never sleeps in the request path: every input is handled as
+//! it arrives and everything it causes goes out before the next input.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use weir_core::bitfield::Bitfield;
+use weir_core::picker::Order;
+use weir_core::policy::NetPolicy;
+use weir_core::storage::{FileLayout, StorageEvent};
+use weir_ed2k::Md4Hash;
+use weir_ed2k::hash::FileHashes;
+use weir_ed2k::link::FileLink;
+use weir_ed2k::packet::{Decoder, Limits, Packet};
+use weir_ed2k::server::{ServerSession, SessionEvent, SharedInfo};
+use weir_ed2k::transfer::{Client, ClientConfig, ConnId, Event, FileId, Stats};
+
+use super::conn::{self, PeerDecoder, ServerDecoder, ServerPacket};
+use crate::bandwidth::Limiter;
+use crate::peerconn::{self, ConnEvent, Outgoing};
+use crate::storage::{DiskStorage, StorageConfig, load_resume};
+
+/// How to run the client.
+#[derive(Clone, Debug)]
+pub struct Ed2kConfig {
+    /// Where sockets may go.
+    pub policy: NetPolicy,
+    /// Where downloads are written.
+    pub out_dir: PathBuf,
+    /// Address to accept peers on (`None`: accept none).
+    pub listen: Option<SocketAddr>,
+    /// Peers to dial for downloads (besides the links' sources).
+    pub peers: Vec<SocketAddr>,
+    /// eD2k servers to log into.
+    pub servers: Vec<SocketAddr>,
+    /// Keep running (sharing) after every download completes.
+    pub seed: bool,
+    /// Download cap chain.
+    pub down: Limiter,
+    /// Upload cap chain.
+    pub up: Limiter,
+    /// Most connections at once.
+    pub max_peers: usize,
+    /// Hash every part already on disk at start, ignoring resume data.
+    pub recheck: bool,
+    /// Our user hash (keep it stable: see [`super::userhash`]).
+    pub user_hash: Md4Hash,
+    /// Nick shown to peers and servers.
+    pub nick: String,
+    /// Storage worker threads per file.
+    pub storage_workers: usize,
+    /// Most blocks pending with one source (`None`: the pipeline decides).
+    pub max_requests: Option<u32>,
+    /// Upload slots.
+    pub upload_slots: usize,
+    /// Let peers send us zlib-packed parts.
+    pub accept_compressed: bool,
+    /// Rarest first or sequential.
+    pub order: Order,
+}
+
+impl Ed2kConfig {
+    /// Defaults under `policy`, downloading into `out_dir`.
+    pub fn new(policy: NetPolicy, out_dir: PathBuf, user_hash: Md4Hash) -> Self {
+        Self {
+            policy,
+            out_dir,
+            listen: None,
+            peers: Vec::new(),
+            servers: Vec::new(),
+            seed: false,
+            down: Limiter::unlimited(),
+            up: Limiter::unlimited(),
+            max_peers: 50,
+            recheck: false,
+            user_hash,
+            nick: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
+            storage_workers: 2,
+            max_requests: None,
+            upload_slots: 8,
+            accept_compressed: true,
+            order: Order::RarestFirst,
+        }
+    }
+}
+
+/// A complete file to share.
+#[derive(Clone, Debug)]
+pub struct SharedFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its hashes (`weir hash --ed2k` computes them).
+    pub hashes: FileHashes,
+}
+
+/// Where the client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Hashing data already on disk.
+    Checking,
+    /// Downloading.
+    Downloading,
+    /// Everything complete, sharing.
+    Seeding,
+    /// Stopped.
+    Done,
+}
+
+/// What progress displays read.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Where the client is.
+    pub phase: Phase,
+    /// Counters and rates.
+    pub stats: Stats,
+    /// Bytes verified over all files.
+    pub done: u64,
+    /// Bytes over all files.
+    pub total: u64,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Counters at the end.
+    pub stats: Stats,
+    /// From start to completion (or to stop).
+    pub elapsed: Duration,
+    /// Whether every file is complete.
+    pub complete: bool,
+    /// Bytes verified.
+    pub done: u64,
+}
+
+/// A failure of the whole client.
+#[derive(Debug, thiserror::Error)]
+pub enum Ed2kError {
+    /// Files could not be created or written.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A file could not be added.
+    #[error("{0}")]
+    File(String),
+}
+
+/// A running client.
+#[derive(Debug)]
+pub struct Ed2kHandle {
+    /// Progress, updated a few times a second.
+    pub progress: watch::Receiver<Progress>,
+    /// The address peers can reach us on, if listening.
+    pub local_addr: Option<SocketAddr>,
+    stop: mpsc::Sender<Msg>,
+    task: JoinHandle<Result<Summary, Ed2kError>>,
+}
+
+impl Ed2kHandle {
+    /// Waits for the client to finish (downloads complete without `seed`,
+    /// stopped, or failed).
+    pub async fn wait(self) -> Result<Summary, Ed2kError> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(Ed2kError::Storage(format!("driver task failed: {e}"))),
+        }
+    }
+
+    /// A handle that can stop the client after `wait` took this one.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.stop.clone())
+    }
+}
+
+/// Stops a running client.
+#[derive(Clone, Debug)]
+pub struct Stopper(mpsc::Sender<Msg>);
+
+impl Stopper {
+    /// Asks the client to stop.
+    pub async fn stop(&self) {
+        let _ = self.0.send(Msg::Stop).await;
+    }
+}
+
+/// Inputs of the driver.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Accepted { stream: TcpStream, addr: SocketAddr },
+    Dialed { stream: TcpStream, addr: SocketAddr },
+    DialFailed { addr: SocketAddr, error: String },
+    Conn(ConnEvent<Packet>),
+    ServerUp { stream: TcpStream, addr: SocketAddr },
+    ServerDown { addr: SocketAddr, error: String },
+    Server(ConnEvent<ServerPacket>),
+    Stop,
+}
+
+impl From<ConnEvent<Packet>> for Msg {
+    fn from(e: ConnEvent<Packet>) -> Self {
+        Msg::Conn(e)
+    }
+}
+
+impl From<ConnEvent<ServerPacket>> for Msg {
+    fn from(e: ConnEvent<ServerPacket>) -> Self {
+        Msg::Server(e)
+    }
+}
+
+/// Starts the client: opens (and if needed checks) the files, binds the
+/// listener, dials the sources and servers.
+pub async fn start(
+    cfg: Ed2kConfig,
+    downloads: Vec<FileLink>,
+    shares: Vec<SharedFile>,
+) -> Result<Ed2kHandle, Ed2kError> {
+    let listener = match cfg.listen {
+        Some(addr) => Some(
+            crate::net::listen_tcp(addr)
+                .await
+                .map_err(|source| Ed2kError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
+    let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let mut ccfg = ClientConfig::new(cfg.user_hash);
+    ccfg.nick = cfg.nick.clone();
+    ccfg.listen_port = local_addr.map_or(0, |a| a.port());
+    ccfg.accept_compressed = cfg.accept_compressed;
+    ccfg.upload_slots = cfg.upload_slots;
+    ccfg.order = cfg.order;
+    ccfg.seed = seed_from_clock();
+    if let Some(m) = cfg.max_requests {
+        ccfg.max_requests = m.max(1);
+    }
+    let mut client = Client::new(ccfg);
+    let mut places: HashMap<FileId, Place> = HashMap::new();
+    for s in &shares {
+        let name = s
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| Ed2kError::File(format!("{}: not a file", s.path.display())))?;
+        let id = client
+            .add_shared(name.clone(), &s.hashes)
+            .map_err(|e| Ed2kError::File(e.to_string()))?;
+        let root = s
+            .path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf());
+        places.insert(
+            id,
+            Place {
+                root,
+                layout: FileLayout::new([(PathBuf::from(name), s.hashes.size)]),
+                journal: None,
+            },
+        );
+    }
+    let mut sources: Vec<SocketAddr> = cfg.peers.clone();
+    for link in &downloads {
+        let layout = FileLayout::new([(PathBuf::from(&link.name), link.size)]);
+        let geo = weir_ed2k::geometry(link.size);
+        let journal = conn::journal_path(&cfg.out_dir, &link.hash);
+        let path = cfg.out_dir.join(&link.name);
+        let exists = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        let n = geo.piece_count();
+        let (had, check) = if cfg.recheck || !journal.exists() {
+            if cfg.recheck {
+                let _ = std::fs::remove_file(&journal);
+            }
+            let check = if exists {
+                Bitfield::full(n)
+            } else {
+                Bitfield::new(n)
+            };
+            (Bitfield::new(n), check)
+        } else {
+            (
+                load_resume(&journal, &link.hash.0, &cfg.out_dir, &layout, &geo),
+                Bitfield::new(n),
+            )
+        };
+        let id = client
+            .add_download(link, &had, &check)
+            .map_err(|e| Ed2kError::File(e.to_string()))?;
+        places.insert(
+            id,
+            Place {
+                root: cfg.out_dir.clone(),
+                layout,
+                journal: Some(journal),
+            },
+        );
+        sources.extend(
+            link.sources
+                .iter()
+                .filter_map(|s| s.addr())
+                .map(SocketAddr::V4),
+        );
+    }
+    let total = client
+        .file_ids()
+        .filter_map(|f| client.file_info(f))
+        .map(|(_, s)| s)
+        .sum();
+    let (progress_tx, progress_rx) = watch::channel(Progress {
+        phase: Phase::Downloading,
+        stats: Stats::default(),
+        done: 0,
+        total,
+    });
+    let (tx, rx) = mpsc::channel::<Msg>(256);
+    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let driver = Driver {
+        client,
+        places,
+        storages: HashMap::new(),
+        storage_tx,
+        cfg,
+        tx: tx.clone(),
+        conns: HashMap::new(),
+        next_conn: 1,
+        known: HashMap::new(),
+        banned: HashSet::new(),
+        progress: progress_tx,
+        started: Instant::now(),
+        completed_at: None,
+        listen_port: local_addr.map_or(0, |a| a.port()),
+        accept_task: None,
+        server: None,
+        server_retry: HashMap::new(),
+        next_source_ask: None,
+    };
+    let task = tokio::spawn(driver.run(rx, storage_rx, listener, sources));
+    Ok(Ed2kHandle {
+        progress: progress_rx,
+        local_addr,
+        stop: tx,
+        task,
+    })
+}
+
+fn seed_from_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x5eed, |d| d.as_nanos() as u64)
+}
+
+/// Where a file's bytes live.
+struct Place {
+    root: PathBuf,
+    layout: FileLayout,
+    journal: Option<PathBuf>,
+}
+
+struct ConnState {
+    addr: SocketAddr,
+    writer: mpsc::UnboundedSender<Outgoing>,
+    reader: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Known {
+    connected: Option<ConnId>,
+    dialing: bool,
+    failures: u32,
+    next_try: Instant,
+}
+
+struct ServerConn {
+    addr: SocketAddr,
+    session: ServerSession,
+    writer: mpsc::UnboundedSender<Outgoing>,
+    reader: JoinHandle<()>,
+}
+
+/// How often a server is asked for sources of an incomplete download.
+const SOURCE_REASK: Duration = Duration::from_secs(60);
+/// How long before a lost server is dialled again.
+const SERVER_RETRY: Duration = Duration::from_secs(30);
+
+struct Driver {
+    client: Client,
+    places: HashMap<FileId, Place>,
+    storages: HashMap<FileId, DiskStorage>,
+    storage_tx: mpsc::UnboundedSender<(FileId, StorageEvent)>,
+    cfg: Ed2kConfig,
+    tx: mpsc::Sender<Msg>,
+    conns: HashMap<ConnId, ConnState>,
+    next_conn: ConnId,
+    known: HashMap<SocketAddr, Known>,
+    banned: HashSet<IpAddr>,
+    progress: watch::Sender<Progress>,
+    started: Instant,
+    completed_at: Option<Instant>,
+    listen_port: u16,
+    accept_task: Option<JoinHandle<()>>,
+    server: Option<ServerConn>,
+    server_retry: HashMap<SocketAddr, Instant>,
+    next_source_ask: Option<Instant>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Msg>,
+        mut storage_rx: mpsc::UnboundedReceiver<(FileId, StorageEvent)>,
+        listener: Option<TcpListener>,
+        sources: Vec<SocketAddr>,
+    ) -> Result<Summary, Ed2kError> {
+        if let Some(l) = listener {
+            let tx = self.tx.clone();
+            let policy = self.cfg.policy.clone();
+            self.accept_task = Some(tokio::spawn(async move {
+                while let Ok((stream, addr)) = crate::net::accept_tcp(&policy, &l).await {
+                    if tx.send(Msg::Accepted { stream, addr }).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        for s in sources {
+            self.add_known(s);
+        }
+        let now = Instant::now();
+        for s in self.cfg.servers.clone() {
+            self.server_retry.insert(s, now);
+        }
+        let mut report = tokio::time::interval(Duration::from_millis(250));
+        report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fatal = None;
+        self.after_input(&mut fatal);
+        self.housekeeping();
+        loop {
+            if let Some(e) = fatal.take() {
+                self.shutdown().await;
+                return Err(Ed2kError::Storage(e));
+            }
+            if self.completed_at.is_some() && !self.cfg.seed {
+                break;
+            }
+            let deadline = self
+                .client
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
+            tokio::select! {
+                biased;
+                Some((file, ev)) = storage_rx.recv() => {
+                    let now = Instant::now();
+                    self.client.handle_storage(file, ev, now);
+                    while let Ok((file, ev)) = storage_rx.try_recv() {
+                        self.client.handle_storage(file, ev, now);
+                    }
+                }
+                m = rx.recv() => match m {
+                    Some(Msg::Stop) | None => break,
+                    Some(m) => self.handle(m),
+                },
+                _ = sleep_until(deadline) => {
+                    self.client.handle_timeout(Instant::now());
+                }
+                _ = report.tick() => {
+                    self.publish();
+                    self.housekeeping();
+                }
+            }
+            self.after_input(&mut fatal);
+        }
+        self.shutdown().await;
+        let now = Instant::now();
+        let (done, _) = self.totals();
+        Ok(Summary {
+            stats: self.client.stats(now),
+            elapsed: self.completed_at.unwrap_or(now) - self.started,
+            complete: self.all_complete(),
+            done,
+        })
+    }
+
+    fn all_complete(&self) -> bool {
+        self.client.file_ids().all(|f| self.client.is_complete(f))
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        self.client
+            .file_ids()
+            .map(|f| self.client.progress(f))
+            .fold((0, 0), |(d, t), p| (d + p.verified, t + p.size))
+    }
+
+    fn handle(&mut self, m: Msg) {
+        let now = Instant::now();
+        match m {
+            Msg::Accepted { stream, addr } => {
+                if self.banned.contains(&canonical(addr.ip()))
+                    || self.conns.len() >= self.cfg.max_peers
+                {
+                    return;
+                }
+                self.attach(stream, addr, false, now);
+            }
+            Msg::Dialed { stream, addr } => {
+                if let Some(k) = self.known.get_mut(&addr) {
+                    k.dialing = false;
+                    k.failures = 0;
+                }
+                if self.banned.contains(&canonical(addr.ip())) {
+                    return;
+                }
+                let conn = self.attach(stream, addr, true, now);
+                if let Some(k) = self.known.get_mut(&addr) {
+                    k.connected = Some(conn);
+                }
+            }
+            Msg::DialFailed { addr, error } => {
+                tracing::debug!("dial {addr}: {error}");
+                if let Some(k) = self.known.get_mut(&addr) {
+                    k.dialing = false;
+                    k.failures += 1;
+                    k.next_try = now + Duration::from_secs(2u64.pow(k.failures.min(6)));
+                }
+            }
+            Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
+                for p in msgs {
+                    self.client.handle_packet(conn, p, now);
+                }
+            }
+            Msg::Conn(ConnEvent::ReadError { conn, reason }) => {
+                if let Some(c) = self.conns.get(&conn) {
+                    tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                }
+                self.client.conn_error(conn, reason, now);
+                self.drop_conn(conn);
+            }
+            Msg::Conn(ConnEvent::Closed { conn }) => {
+                self.client.remove_conn(conn, now);
+                self.drop_conn(conn);
+            }
+            Msg::Conn(ConnEvent::Sent { conn, bytes }) => self.client.on_sent(conn, bytes, now),
+            Msg::ServerUp { stream, addr } => self.server_up(stream, addr),
+            Msg::ServerDown { addr, error } => {
+                tracing::warn!("eD2k server {addr}: {error}");
+                self.server_retry.insert(addr, now + SERVER_RETRY);
+            }
+            Msg::Server(ev) => self.server_event(ev, now),
+            Msg::Stop => {}
+        }
+    }
+
+    /// Takes over a connected socket: reader and writer tasks, and the
+    /// client learns about it (an outgoing one sends its hello at once).
+    fn attach(
+        &mut self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        outgoing: bool,
+        now: Instant,
+    ) -> ConnId {
+        let local = conn::local_ipv4(&stream);
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let (rd, wr) = stream.into_split();
+        let (wtx, wrx) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(peerconn::reader(
+            id,
+            rd,
+            bytes::BytesMut::with_capacity(peerconn::READ_BUF),
+            PeerDecoder::new(),
+            self.cfg.down.clone(),
+            self.tx.clone(),
+        ));
+        tokio::spawn(peerconn::writer::<Packet, Msg>(
+            id,
+            wr,
+            wrx,
+            self.cfg.up.clone(),
+            self.tx.clone(),
+        ));
+        self.conns.insert(
+            id,
+            ConnState {
+                addr,
+                writer: wtx,
+                reader,
+            },
+        );
+        self.client.add_conn(id, addr, local, outgoing, now);
+        id
+    }
+
+    /// Carries out everything the client asked for.
+    fn after_input(&mut self, fatal: &mut Option<String>) {
+        while let Some(ev) = self.client.poll_event() {
+            match ev {
+                Event::Send {
+                    conn,
+                    data,
+                    payload,
+                } => {
+                    if let Some(c) = self.conns.get(&conn) {
+                        let _ = c.writer.send(Outgoing { data, payload });
+                    }
+                }
+                Event::Storage { file, op } => {
+                    if let Some(s) = self.storages.get(&file) {
+                        s.submit(op);
+                    }
+                }
+                Event::DigestsKnown { file } => {
+                    if let Err(e) = self.open_storage(file) {
+                        *fatal = Some(e);
+                    }
+                }
+                Event::Close { conn, reason } => {
+                    if let Some(c) = self.conns.get(&conn) {
+                        tracing::debug!("peer {}: {reason}; disconnected", c.addr);
+                    }
+                    self.client.remove_conn(conn, Instant::now());
+                    self.drop_conn(conn);
+                }
+                Event::Ban { ip, reason } => {
+                    tracing::warn!("banning {ip}: {reason}");
+                    self.banned.insert(canonical(ip));
+                }
+                Event::PartVerified { .. } => {}
+                Event::Complete { file } => {
+                    if let Some((name, _)) = self.client.file_info(file) {
+                        tracing::info!("{name}: complete");
+                    }
+                    if self.all_complete() && self.completed_at.is_none() {
+                        self.completed_at = Some(Instant::now());
+                    }
+                    self.offer_files();
+                    self.publish();
+                }
+                Event::Fatal { file, error } => {
+                    let name = self.client.file_info(file).map_or("?", |(n, _)| n);
+                    *fatal = Some(format!("{name}: {error}"));
+                }
+            }
+        }
+        if self.all_complete() && self.completed_at.is_none() {
+            self.completed_at = Some(Instant::now());
+        }
+    }
+
+    fn open_storage(&mut self, file: FileId) -> Result<(), String> {
+        if self.storages.contains_key(&file) {
+            return Ok(());
+        }
+        let (Some(place), Some(digests), Some(geometry), Some(hash)) = (
+            self.places.get(&file),
+            self.client.digests(file),
+            self.client.geometry(file),
+            self.client.file_hash(file),
+        ) else {
+            return Err("file without storage".into());
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let storage = DiskStorage::open(
+            StorageConfig {
+                root: place.root.clone(),
+                layout: place.layout.clone(),
+                geometry,
+                digests,
+                journal: place.journal.clone(),
+                transfer_id: hash.0.to_vec(),
+                workers: self.cfg.storage_workers,
+            },
+            tx,
+        )
+        .map_err(|e| e.to_string())?;
+        let merged = self.storage_tx.clone();
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                if merged.send((file, ev)).is_err() {
+                    return;
+                }
+            }
+        });
+        self.storages.insert(file, storage);
+        Ok(())
+    }
+
+    fn drop_conn(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            // Dropping the writer's sender lets it flush and shut down.
+            c.reader.abort();
+            for k in self.known.values_mut() {
+                if k.connected == Some(conn) {
+                    k.connected = None;
+                    k.next_try = Instant::now() + Duration::from_secs(5);
+                }
+            }
+        }
+    }
+
+    fn is_me(&self, addr: SocketAddr) -> bool {
+        let public = self.server.as_ref().and_then(|s| s.session.public_ip());
+        addr.port() == self.listen_port
+            && (self.cfg.listen.is_some_and(|l| {
+                l.ip() == addr.ip() || l.ip().is_unspecified() && addr.ip().is_loopback()
+            }) || public.is_some_and(|p| IpAddr::V4(p) == addr.ip()))
+    }
+
+    fn add_known(&mut self, addr: SocketAddr) {
+        if self.is_me(addr) {
+            return;
+        }
+        if !self.cfg.policy.allows(addr.ip()) {
+            tracing::warn!(
+                "source {addr} ignored: outside network policy {}",
+                self.cfg.policy
+            );
+            return;
+        }
+        self.known.entry(addr).or_insert(Known {
+            connected: None,
+            dialing: false,
+            failures: 0,
+            next_try: Instant::now(),
+        });
+    }
+
+    /// Periodic: dial sources, (re)connect servers, ask for sources.
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        self.dial_more(now);
+        if self.server.is_none() {
+            let due: Vec<SocketAddr> = self
+                .server_retry
+                .iter()
+                .filter(|(_, t)| **t <= now)
+                .map(|(a, _)| *a)
+                .collect();
+            if let Some(addr) = due.first().copied() {
+                self.server_retry.insert(addr, now + SERVER_RETRY * 10);
+                tokio::spawn(conn::dial_server(
+                    self.cfg.policy.clone(),
+                    self.cfg.listen.map(|a| a.ip()),
+                    addr,
+                    self.tx.clone(),
+                ));
+            }
+        }
+        if self.next_source_ask.is_some_and(|t| t <= now) {
+            self.ask_sources(now);
+        }
+    }
+
+    /// Dials known sources while a download is incomplete and there is room.
+    fn dial_more(&mut self, now: Instant) {
+        if self.client.downloading().next().is_none() {
+            return;
+        }
+        let mut room = self.cfg.max_peers.saturating_sub(self.conns.len());
+        let mut go = Vec::new();
+        for (addr, k) in self.known.iter_mut() {
+            if room == 0 {
+                break;
+            }
+            if k.connected.is_some() || k.dialing || k.next_try > now {
+                continue;
+            }
+            if self.banned.contains(&canonical(addr.ip())) {
+                continue;
+            }
+            k.dialing = true;
+            room -= 1;
+            go.push(*addr);
+        }
+        for addr in go {
+            tokio::spawn(conn::dial(
+                self.cfg.policy.clone(),
+                self.cfg.listen.map(|a| a.ip()),
+                addr,
+                self.tx.clone(),
+            ));
+        }
+    }
+
+    fn server_up(&mut self, stream: TcpStream, addr: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        let (wtx, wrx) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(peerconn::reader(
+            0,
+            rd,
+            bytes::BytesMut::with_capacity(64 << 10),
+            ServerDecoder(Decoder::new(Limits::SERVER)),
+            Limiter::unlimited(),
+            self.tx.clone(),
+        ));
+        tokio::spawn(peerconn::writer::<ServerPacket, Msg>(
+            0,
+            wr,
+            wrx,
+            Limiter::unlimited(),
+            self.tx.clone(),
+        ));
+        let session = ServerSession::new(self.cfg.user_hash, self.listen_port, &self.cfg.nick);
+        self.server = Some(ServerConn {
+            addr,
+            session,
+            writer: wtx,
+            reader,
+        });
+        self.flush_server();
+    }
+
+    fn flush_server(&mut self) {
+        if let Some(s) = &mut self.server
+            && let Some(b) = s.session.take_output()
+        {
+            let _ = s.writer.send(Outgoing {
+                data: vec![b],
+                payload: 0,
+            });
+        }
+    }
+
+    fn server_event(&mut self, ev: ConnEvent<ServerPacket>, now: Instant) {
+        match ev {
+            ConnEvent::Messages { msgs, .. } => {
+                for ServerPacket(p) in msgs {
+                    let Some(s) = &mut self.server else {
+                        return;
+                    };
+                    match s.session.handle(&p) {
+                        Ok(evs) => {
+                            for e in evs {
+                                self.on_session_event(e, now);
+                            }
+                        }
+                        Err(e) => tracing::debug!("eD2k server {}: {e}", s.addr),
+                    }
+                }
+                self.flush_server();
+            }
+            ConnEvent::ReadError { reason, .. } => self.server_lost(reason, now),
+            ConnEvent::Closed { .. } => self.server_lost("closed".into(), now),
+            ConnEvent::Sent { .. } => {}
+        }
+    }
+
+    fn server_lost(&mut self, why: String, now: Instant) {
+        if let Some(s) = self.server.take() {
+            tracing::warn!("eD2k server {}: {why}", s.addr);
+            s.reader.abort();
+            self.server_retry.insert(s.addr, now + SERVER_RETRY);
+            self.client.set_server(None, 0);
+            self.next_source_ask = None;
+        }
+    }
+
+    fn on_session_event(&mut self, e: SessionEvent, now: Instant) {
+        match e {
+            SessionEvent::Connected { id, .. } => {
+                let (addr, low) = match &self.server {
+                    Some(s) => (s.addr, s.session.is_low_id()),
+                    None => return,
+                };
+                tracing::info!(
+                    "logged into eD2k server {addr} with a {} id",
+                    if low { "low" } else { "high" }
+                );
+                let ip = match addr {
+                    SocketAddr::V4(a) => *a.ip(),
+                    SocketAddr::V6(a) => a
+                        .ip()
+                        .to_ipv4_mapped()
+                        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                };
+                self.client.set_server(Some((ip, addr.port())), id);
+                self.offer_files();
+                self.ask_sources(now);
+            }
+            SessionEvent::Sources {
+                file,
+                reachable,
+                low_ids,
+            } => {
+                tracing::debug!(
+                    "server: {} sources for {file} ({} low id)",
+                    reachable.len(),
+                    low_ids.len()
+                );
+                for a in reachable {
+                    self.add_known(SocketAddr::V4(a));
+                }
+                if let Some(s) = &mut self.server {
+                    for id in low_ids {
+                        s.session.callback(id);
+                    }
+                }
+                self.dial_more(now);
+            }
+            SessionEvent::CallbackRequested { addr } => {
+                let addr = SocketAddr::V4(addr);
+                if self.cfg.policy.allows(addr.ip()) && !self.banned.contains(&addr.ip()) {
+                    tokio::spawn(conn::dial(
+                        self.cfg.policy.clone(),
+                        self.cfg.listen.map(|a| a.ip()),
+                        addr,
+                        self.tx.clone(),
+                    ));
+                }
+            }
+            SessionEvent::CallbackFailed | SessionEvent::Rejected => {}
+            SessionEvent::Message(m) => tracing::debug!("eD2k server says: {}", m.trim()),
+        }
+    }
+
+    fn offer_files(&mut self) {
+        let files: Vec<SharedInfo> = self
+            .client
+            .file_ids()
+            .filter_map(|f| {
+                let (name, size) = self.client.file_info(f)?;
+                let hash = self.client.file_hash(f)?;
+                let p = self.client.progress(f);
+                (p.parts_had > 0 || p.complete).then(|| SharedInfo {
+                    hash,
+                    name: name.to_string(),
+                    size,
+                    complete: p.complete,
+                })
+            })
+            .collect();
+        if let Some(s) = &mut self.server {
+            s.session.offer(&files);
+        }
+        self.flush_server();
+    }
+
+    fn ask_sources(&mut self, now: Instant) {
+        let wanted: Vec<(Md4Hash, u64)> = self
+            .client
+            .downloading()
+            .filter_map(|f| Some((self.client.file_hash(f)?, self.client.file_info(f)?.1)))
+            .collect();
+        if let Some(s) = &mut self.server {
+            for (h, size) in &wanted {
+                s.session.get_sources(*h, *size);
+            }
+        }
+        self.next_source_ask = (!wanted.is_empty()).then_some(now + SOURCE_REASK);
+        self.flush_server();
+    }
+
+    fn publish(&mut self) {
+        let now = Instant::now();
+        let (done, total) = self.totals();
+        let checking = self
+            .client
+            .file_ids()
+            .any(|f| self.client.progress(f).checking);
+        let phase = if checking {
+            Phase::Checking
+        } else if self.all_complete() {
+            Phase::Seeding
+        } else {
+            Phase::Downloading
+        };
+        let _ = self.progress.send(Progress {
+            phase,
+            stats: self.client.stats(now),
+            done,
+            total,
+        });
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(t) = self.accept_task.take() {
+            t.abort();
+        }
+        self.publish();
+        self.progress.send_modify(|p| p.phase = Phase::Done);
+        if let Some(s) = self.server.take() {
+            s.reader.abort();
+        }
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for c in conns {
+            self.drop_conn(c);
+        }
+        let storages: Vec<DiskStorage> = self.storages.drain().map(|(_, s)| s).collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for s in storages {
+                s.close();
+            }
+        })
+        .await;
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,126 @@
+//! eD2k sockets before and around the driver: the packet decoders the
+//! shared reader ([`crate::peerconn`]) uses, dialling, and the files a
+//! transfer's storage needs.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use weir_core::policy::NetPolicy;
+use weir_ed2k::packet::{Decoder, Limits, Packet};
+
+use super::client::Msg;
+use crate::peerconn::Decode;
+
+/// Client-to-client framing as the shared reader's decoder: whole packets,
+/// payloads sliced from the read buffer (packed ones inflated, bounded).
+pub(crate) struct PeerDecoder(pub(crate) Decoder);
+
+impl PeerDecoder {
+    pub(crate) fn new() -> Self {
+        Self(Decoder::new(Limits::CLIENT))
+    }
+}
+
+impl Decode for PeerDecoder {
+    type Msg = Packet;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Packet>, String> {
+        self.0.decode(buf).map_err(|e| e.to_string())
+    }
+}
+
+/// A packet from the server connection (a type of its own, so the driver
+/// tells server events from peer events).
+#[derive(Debug)]
+pub(crate) struct ServerPacket(pub(crate) Packet);
+
+/// Server framing (packed packets unpack to eDonkey opcodes).
+pub(crate) struct ServerDecoder(pub(crate) Decoder);
+
+impl Decode for ServerDecoder {
+    type Msg = ServerPacket;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<ServerPacket>, String> {
+        self.0
+            .decode(buf)
+            .map(|p| p.map(ServerPacket))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A connection must be up within this.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Dials a peer; the result goes to the driver.
+pub(crate) async fn dial(
+    policy: NetPolicy,
+    local: Option<IpAddr>,
+    addr: SocketAddr,
+    tx: mpsc::Sender<Msg>,
+) {
+    let r = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        crate::net::connect_tcp_from(&policy, local, addr),
+    )
+    .await;
+    let msg = match r {
+        Ok(Ok(stream)) => Msg::Dialed { stream, addr },
+        Ok(Err(e)) => Msg::DialFailed {
+            addr,
+            error: e.to_string(),
+        },
+        Err(_) => Msg::DialFailed {
+            addr,
+            error: "connect timed out".into(),
+        },
+    };
+    let _ = tx.send(msg).await;
+}
+
+/// Dials a server; the result goes to the driver.
+pub(crate) async fn dial_server(
+    policy: NetPolicy,
+    local: Option<IpAddr>,
+    addr: SocketAddr,
+    tx: mpsc::Sender<Msg>,
+) {
+    let r = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        crate::net::connect_tcp_from(&policy, local, addr),
+    )
+    .await;
+    let msg = match r {
+        Ok(Ok(stream)) => Msg::ServerUp { stream, addr },
+        Ok(Err(e)) => Msg::ServerDown {
+            addr,
+            error: e.to_string(),
+        },
+        Err(_) => Msg::ServerDown {
+            addr,
+            error: "connect timed out".into(),
+        },
+    };
+    let _ = tx.send(msg).await;
+}
+
+/// Prepares a stream for the shared reader and writer: no Nagle delay
+/// (control packets go at once), our local address noted.
+pub(crate) fn local_ipv4(stream: &TcpStream) -> Option<std::net::Ipv4Addr> {
+    let _ = stream.set_nodelay(true);
+    match stream.local_addr().ok()?.ip() {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    }
+}
+
+/// The resume journal of a download into `dir`.
+pub(crate) fn journal_path(dir: &Path, hash: &weir_ed2k::Md4Hash) -> PathBuf {
+    dir.join(format!(
+        ".weir-resume-ed2k-{}",
+        hash.to_hex().to_ascii_lowercase()
+    ))
+}

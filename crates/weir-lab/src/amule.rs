@@ -61,6 +61,9 @@ pub struct AmuleConfig {
     pub max_up_kbps: u32,
     /// Download limit in kB/s (0: unlimited).
     pub max_down_kbps: u32,
+    /// Verbose debug logging of client protocol, part files, zlib and
+    /// sockets into `logfile` (default: env `WEIR_LAB_AMULE_DEBUG` set).
+    pub verbose_debug: bool,
 }
 
 impl AmuleConfig {
@@ -78,6 +81,7 @@ impl AmuleConfig {
             lab_server: None,
             max_up_kbps: 65534,
             max_down_kbps: 0,
+            verbose_debug: std::env::var_os("WEIR_LAB_AMULE_DEBUG").is_some(),
         }
     }
 
@@ -239,7 +243,8 @@ ConfirmExit=0
 CreateSparseFiles=1
 AllocateFullFile=0
 ShareHiddenFiles=0
-VerboseDebug=0
+VerboseDebug={verbose}
+VerboseDebugLogfile={verbose}
 ShowMessagesInLog=0
 [ExternalConnect]
 AcceptExternalConnections=1
@@ -265,6 +270,15 @@ IsClientCryptLayerRequired=0
 PreventSleepWhileDownloading=0
 [Statistics]
 MaxClientVersions=0
+[Debug]
+Cat_ED2k Client={verbose}
+Cat_Local Client Protocol={verbose}
+Cat_Remote Client Protocol={verbose}
+Cat_Packet Parsing Errors={verbose}
+Cat_ZLib={verbose}
+Cat_PartFiles={verbose}
+Cat_DownloadQueue={verbose}
+Cat_Asio Sockets={verbose}
 ",
         nick = cfg.nick,
         tcp = cfg.tcp_port,
@@ -277,6 +291,7 @@ MaxClientVersions=0
         ec = cfg.ec_port,
         ecmd5 = md5_hex(cfg.ec_pass.as_bytes()),
         web = cfg.ec_port.wrapping_add(1),
+        verbose = u8::from(cfg.verbose_debug),
     );
     std::fs::write(dir.join("amule.conf"), conf)?;
     std::fs::write(dir.join("shareddir.dat"), shared_list(cfg)?)?;
@@ -451,15 +466,75 @@ impl Amule {
         std::fs::read(self.dir.join("known.met")).ok()
     }
 
+    /// Whether amuled has hashed (and so shares, or has completed) the file
+    /// with this ed2k hash: its 16 bytes are in `known.met`.
+    pub fn has_hashed(&self, hash: &[u8; 16]) -> bool {
+        self.known_met()
+            .is_some_and(|k| k.windows(16).any(|w| w == hash))
+    }
+
+    /// Waits (bounded, polling `known.met`) until amuled has hashed the
+    /// file with this ed2k hash.
+    pub fn wait_hashed(&self, hash: &[u8; 16], timeout: Duration) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.has_hashed(hash) {
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "amuled did not hash the file in {timeout:?}:\n{}",
+                    self.log_tail(20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Where amuled puts a completed download.
+    pub fn incoming(&self, name: &str) -> PathBuf {
+        self.dir.join("Incoming").join(name)
+    }
+
+    /// Waits (bounded, polling) until the download `name` is complete in
+    /// `Incoming` with `size` bytes; `alive` is asked between polls and
+    /// ends the wait early with its error (a seeder that died, say).
+    pub fn wait_download(
+        &self,
+        name: &str,
+        size: u64,
+        timeout: Duration,
+        mut alive: impl FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<PathBuf> {
+        let path = self.incoming(name);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if std::fs::metadata(&path).is_ok_and(|m| m.len() == size) {
+                return Ok(path);
+            }
+            alive()?;
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "amuled did not complete {name} in {timeout:?}: {:?}\n{}",
+                    self.downloads().unwrap_or_default(),
+                    self.log_tail(30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Stops amuled (SIGTERM, then SIGKILL after a grace period).
     pub fn stop(mut self) -> anyhow::Result<()> {
         self.proc.kill_tree_with_grace(Duration::from_secs(5))?;
         Ok(())
     }
 
-    /// The last lines of amuled's log.
+    /// The last lines of amuled's stderr and of its own `logfile`.
     pub fn log_tail(&self, lines: usize) -> String {
-        self.proc.log_tail(lines)
+        format!(
+            "{}\n--- amuled logfile:\n{}",
+            self.proc.log_tail(lines),
+            crate::process::tail_file(&self.dir.join("logfile"), lines)
+        )
     }
 }
 

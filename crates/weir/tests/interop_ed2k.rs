@@ -6,6 +6,12 @@
 //!   hash, which alcc does not print.
 //! - amuled logs into `weir ed2k-server`, publishes its files and asks it
 //!   for sources; a weir-codec client then gets amuled as a source.
+//! - `weir get` downloads from a stock amuled through a link with a
+//!   source, across a part boundary, byte-identical; and a stock amuled
+//!   downloads from `weir seed --ed2k` (found through `weir ed2k-server`)
+//!   a file whose size is an exact multiple of the part size.
+//! - `weir seed --ed2k` -> `weir get` on loopback, and `weir get`'s exit
+//!   codes for bad links (no root, no third-party program needed).
 //!
 //! amuled runs in a network namespace the test creates (only `lo`); with
 //! env `CI` set a missing program or namespace support fails the test.
@@ -929,5 +935,239 @@ fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
     let login = wait_line(&lines, deadline, "login line", |l| l.starts_with("login "))?;
     assert!(login.contains("addr=127.0.0.1:4662"), "{login}");
     server.kill_tree()?;
+    Ok(())
+}
+
+/// Random bytes for the first part, compressible text after it: amuled
+/// sends the first part plain and packs the rest (`OP_COMPRESSEDPART`).
+fn write_mixed(path: &Path, size: u64, seed: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    write_file(path, size.min(PARTSIZE), seed)?;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    let line = b"weir and amuled, part two: the quick brown fox jumps over the lazy dog\n";
+    let rest: Vec<u8> = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(size.saturating_sub(PARTSIZE) as usize)
+        .collect();
+    f.write_all(&rest)?;
+    Ok(())
+}
+
+/// A weir command with its own (stable, fresh per test) user hash home.
+fn weir_cmd(ns: Option<&Netns>, home: &Path, allow: &str) -> Command {
+    let mut c = match ns {
+        Some(ns) => ns.command(WEIR),
+        None => Command::new(WEIR),
+    };
+    c.env("WEIR_ED2K_HOME", home)
+        .env_remove("WEIR_ED2K_USER_HASH")
+        .args(["--allow", allow]);
+    c
+}
+
+/// `weir get` downloads from a stock amuled (uploader 2.3.3) through a
+/// link with a source: more than one part, so several part requests and a
+/// part boundary are crossed, plain and packed data, byte-identical.
+#[test]
+fn weir_gets_from_amuled() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-get")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let path = share.join("mixed.bin");
+    let size = PARTSIZE + 700_001;
+    write_mixed(&path, size, 31)?;
+    let data = std::fs::read(&path)?;
+    let line = weir_hash(std::slice::from_ref(&path), false)?.remove(0);
+    let (_, hex, _, _) = parse_link(&line)?;
+    let hash = Md4Hash::from_hex(&hex)?;
+
+    let ns = Netns::new("ed2k-get")?;
+    let mut cfg = AmuleConfig::new("weirget", Ipv4Addr::LOCALHOST);
+    cfg.shared_dirs.push(share.clone());
+    let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
+    amule.wait_hashed(&hash.0, Duration::from_secs(120))?;
+
+    // The link names amuled as the source.
+    let link = format!("{}|sources,127.0.0.1:4662|/", line.trim());
+    let out = dir.path().join("out");
+    let mut cmd = weir_cmd(Some(&ns), &dir.path().join("home"), "127.0.0.0/8");
+    cmd.args(["get", &link, "-o"])
+        .arg(&out)
+        .args(["--listen", "127.0.0.1:4670"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let mut get = Proc::spawn("weir get", &mut cmd)?;
+    let Some((status, usage)) = get.wait_timeout(Duration::from_secs(150))? else {
+        get.kill_tree()?;
+        bail!("weir get did not finish in 150 s:\n{}", amule.log_tail(30));
+    };
+    eprintln!(
+        "weir <- amuled: {size} bytes in {:.1} s ({:.2} MB/s), weir CPU {:.2} s",
+        usage.wall_s,
+        size as f64 / usage.wall_s / 1e6,
+        usage.cpu_s()
+    );
+    assert!(status.success(), "weir get: {status}");
+    assert!(
+        std::fs::read(out.join("mixed.bin"))? == data,
+        "downloaded file differs"
+    );
+    amule.stop()?;
+    Ok(())
+}
+
+/// A stock amuled downloads from `weir seed --ed2k`: both log into
+/// `weir ed2k-server` on a veth pair (aMule ignores 127.0.0.0/8 sources),
+/// amuled gets weir as a source, and a file of exactly two parts (three
+/// hashes, the last the empty part's) arrives byte-identical.
+#[test]
+fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-seed")?;
+    let name = "two parts exactly.bin";
+    let size = 2 * PARTSIZE;
+    let src = dir.path().join(name);
+    write_file(&src, size, 41)?;
+    let data = std::fs::read(&src)?;
+
+    let net = 100 + (std::process::id() % 50) as u8;
+    let srv_ns = Netns::new("ed2k-seed-srv")?;
+    let mule_ns = Netns::new("ed2k-seed-mule")?;
+    Netns::link_pair(
+        &srv_ns,
+        &mule_ns,
+        &format!("10.231.{net}.1/24"),
+        &format!("10.231.{net}.2/24"),
+    )?;
+    let weir_ip = Ipv4Addr::new(10, 231, net, 1);
+    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let allow = format!("10.231.{net}.0/24");
+    let server_addr = SocketAddrV4::new(weir_ip, 4661);
+    let mut cmd = weir_cmd(Some(&srv_ns), &dir.path().join("srvhome"), &allow);
+    cmd.args(["ed2k-server", "--listen"])
+        .arg(server_addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+
+    let mut cmd = weir_cmd(Some(&srv_ns), &dir.path().join("home"), &allow);
+    cmd.args(["seed", "--ed2k"])
+        .arg(&src)
+        .args(["--listen", &format!("{weir_ip}:4662")])
+        .args(["--server", &server_addr.to_string(), "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut seed = Proc::spawn("weir seed", &mut cmd)?;
+    let seed_out = line_reader(&mut seed);
+    let link = wait_line(&seed_out, deadline, "the seeder's link", |l| {
+        l.starts_with("ed2k://")
+    })?;
+    let parsed = weir_ed2k::link::FileLink::parse(&link)?;
+    assert_eq!(parsed.sources.len(), 1, "{link}");
+    wait_line(&lines, deadline, "weir's file offer", |l| {
+        l.starts_with("offer ") && l.contains("total=1")
+    })?;
+
+    let mut cfg = AmuleConfig::new("weirseedtest", mule_ip);
+    cfg.lab_server = Some(server_addr);
+    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    wait_line(&lines, deadline, "amuled's login", |l| {
+        l.starts_with("login ") && l.contains(&mule_ip.to_string())
+    })?;
+    let plain = weir_ed2k::link::FileLink {
+        sources: vec![],
+        ..parsed
+    };
+    let started = Instant::now();
+    amule.add_link(&plain.to_link())?;
+    let got = amule.wait_download(name, size, Duration::from_secs(120), || {
+        match seed.try_wait()? {
+            Some((st, _)) => bail!("weir seed exited: {st}"),
+            None => Ok(()),
+        }
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "amuled <- weir: {size} bytes in {secs:.1} s ({:.2} MB/s, link added to file complete)",
+        size as f64 / secs / 1e6
+    );
+    assert!(std::fs::read(&got)? == data, "amuled's file differs");
+    amule.stop()?;
+    seed.kill_tree()?;
+    server.kill_tree()?;
+    Ok(())
+}
+
+/// `weir seed --ed2k` -> `weir get` on loopback: a file of exactly two
+/// parts, byte-identical; then the bad inputs `weir get` refuses with
+/// exit code 2 (malformed link, a name that would leave the directory).
+#[test]
+fn weir_to_weir_and_bad_links_on_loopback() -> anyhow::Result<()> {
+    let dir = TempDir::new("ed2k-w2w")?;
+    let src = dir.path().join("exact.bin");
+    let size = 2 * PARTSIZE;
+    write_file(&src, size, 51)?;
+    let mut cmd = weir_cmd(None, &dir.path().join("home1"), "127.0.0.0/8");
+    cmd.args(["seed", "--ed2k"])
+        .arg(&src)
+        .args(["--listen", "127.0.0.1:0", "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut seed = Proc::spawn("weir seed", &mut cmd)?;
+    let out = line_reader(&mut seed);
+    let link = wait_line(
+        &out,
+        Instant::now() + Duration::from_secs(120),
+        "link",
+        |l| l.starts_with("ed2k://"),
+    )?;
+    assert!(link.contains("|sources,127.0.0.1:"), "{link}");
+    // Without p=: the hashset (three hashes) comes from the seeder.
+    let dest = dir.path().join("out");
+    let code = weir_cmd(None, &dir.path().join("home2"), "127.0.0.0/8")
+        .args(["get", &link, "-q", "--listen", "127.0.0.1:0", "-o"])
+        .arg(&dest)
+        .status()?;
+    assert!(code.success(), "weir get: {code}");
+    assert!(
+        std::fs::read(dest.join("exact.bin"))? == std::fs::read(&src)?,
+        "downloaded file differs"
+    );
+    seed.kill_tree()?;
+
+    let get = |link: &str| -> anyhow::Result<Option<i32>> {
+        Ok(weir_cmd(None, &dir.path().join("home2"), "127.0.0.0/8")
+            .args(["get", link, "-q", "-o"])
+            .arg(dir.path().join("bad"))
+            .output()?
+            .status
+            .code())
+    };
+    for bad in [
+        "ed2k://|file|x.bin|12|NOTAHASH|/",
+        "ed2k://|file|x.bin|notasize|31D6CFE0D16AE931B73C59D7E0C089C0|/",
+        "ed2k://|file|..%2F..%2Fescape.bin|10|31D6CFE0D16AE931B73C59D7E0C089C0|/",
+        "ed2k://|file|..|10|31D6CFE0D16AE931B73C59D7E0C089C0|/",
+        "ed2k://|server|10.0.0.1|4661|/",
+    ] {
+        assert_eq!(get(bad)?, Some(2), "{bad}");
+    }
+    assert!(!dir.path().join("escape.bin").exists());
     Ok(())
 }

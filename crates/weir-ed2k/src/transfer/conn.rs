@@ -150,6 +150,12 @@ pub(super) struct Up {
     pub(super) plain_for: u32,
     /// Whether the last sample said compression pays.
     pub(super) compress: bool,
+    /// When the peer last asked for data (or got its slot).
+    pub(super) last_request_at: Instant,
+    /// When we last nudged it (see `Client::nudge_idle_downloaders`).
+    pub(super) last_nudge_at: Option<Instant>,
+    /// The ranges of its last request (its pending list, for aMule).
+    pub(super) last_ranges: Vec<(u64, u64)>,
 }
 
 /// How many served ranges are remembered for de-duplication: more than a
@@ -169,6 +175,9 @@ impl Up {
             meter: TransferMeter::new(now),
             plain_for: 0,
             compress: false,
+            last_request_at: now,
+            last_nudge_at: None,
+            last_ranges: Vec::new(),
         }
     }
 

@@ -166,6 +166,12 @@ pub enum Event {
         /// Why, for the log.
         reason: String,
     },
+    /// Connect to this peer (an uploader reconnecting to a downloader
+    /// whose connection wedged); the client takes it up after the hello.
+    Connect {
+        /// The peer's listen address.
+        addr: SocketAddr,
+    },
     /// A part passed its MD4 check.
     PartVerified {
         /// The file.
@@ -271,6 +277,7 @@ pub struct Client {
     reads: BTreeMap<u64, upload::Read>,
     next_read: u64,
     next_tick: Option<Instant>,
+    callbacks: Vec<upload::Callback>,
     stats: Stats,
 }
 
@@ -292,6 +299,7 @@ impl Client {
             reads: BTreeMap::new(),
             next_read: 0,
             next_tick: None,
+            callbacks: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -679,6 +687,7 @@ impl Client {
         });
         if first {
             self.start_downloads(conn, now);
+            self.resume_callback(conn, now);
         }
     }
 
@@ -769,6 +778,7 @@ impl Client {
             self.send_block_requests(id, now);
         }
         self.recovery_timeouts(now);
+        self.nudge_idle_downloaders(now);
     }
 
     // ---- helpers ----------------------------------------------------------

@@ -200,7 +200,7 @@ impl Swarm {
                 }
                 Event::Ban { ip, .. } => self.nodes[i].banned.push(ip),
                 Event::Complete { file } => self.nodes[i].complete.push(file),
-                Event::PartVerified { .. } => {}
+                Event::PartVerified { .. } | Event::Connect { .. } => {}
                 Event::Fatal { error, .. } => panic!("fatal: {error}"),
             }
         }
@@ -814,4 +814,137 @@ fn uploader_serves_each_range_once_and_refuses_bad_ranges() {
     );
     let evs: Vec<Event> = std::iter::from_fn(|| c.poll_event()).collect();
     assert!(closed(&evs).is_some());
+}
+
+/// An uploader whose downloader stops reading (aMule 2.3.3's wedged
+/// socket): nudged once, then reconnected to, where the slot and the last
+/// requested blocks wait for it.
+#[test]
+fn wedged_downloader_is_nudged_then_reconnected() {
+    let data = noise(PARTSIZE as usize, 8);
+    let h = hashes(&data);
+    let t0 = Instant::now(); // test-epoch
+    let mut c = Client::new(ClientConfig::new(Md4Hash([1; 16])));
+    let f = c.add_shared("f.bin".into(), &h).unwrap();
+    let peer_hash = Md4Hash([2; 16]);
+    let hello = crate::client::OwnHello::weir("amule-like", 0, false).hello(peer_hash, 1, 4662);
+    let at = |c: &mut Client, conn: ConnId, m: &M, now: Instant| {
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        let p = Decoder::new(Limits::CLIENT)
+            .decode(&mut b)
+            .unwrap()
+            .unwrap();
+        c.handle_packet(conn, p, now);
+    };
+    // Serve every read at once and report every write as done.
+    let drain = |c: &mut Client, now: Instant| -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(e) = c.poll_event() {
+            match e {
+                Event::Storage {
+                    op: StorageOp::Read { id, begin, len, .. },
+                    ..
+                } => {
+                    let d = Bytes::copy_from_slice(&data[begin as usize..(begin + len) as usize]);
+                    c.handle_storage(f, StorageEvent::ReadDone { id, data: Ok(d) }, now);
+                }
+                Event::Send { conn, data: d, .. } => {
+                    let n: usize = d.iter().map(|b| b.len()).sum();
+                    c.on_sent(conn, n as u64, now);
+                    out.push(Event::Send {
+                        conn,
+                        data: d,
+                        payload: 0,
+                    });
+                }
+                e => out.push(e),
+            }
+        }
+        out
+    };
+    c.add_conn(1, "10.0.0.2:50000".parse().unwrap(), None, false, t0);
+    at(&mut c, 1, &M::Hello(hello.clone()), t0);
+    at(&mut c, 1, &M::StartUploadReq { file: h.file_hash }, t0);
+    let b = EMBLOCKSIZE;
+    let last = [(0, b), (b, 2 * b), (2 * b, 3 * b)];
+    at(
+        &mut c,
+        1,
+        &M::RequestParts {
+            file: h.file_hash,
+            ranges: last,
+        },
+        t0,
+    );
+    drain(&mut c, t0);
+    let opcodes = |evs: &[Event]| -> Vec<u8> {
+        let mut v = Vec::new();
+        for e in evs {
+            if let Event::Send { data, .. } = e {
+                let mut all = BytesMut::new();
+                for d in data {
+                    all.extend_from_slice(d);
+                }
+                let mut dec = Decoder::new(Limits::CLIENT);
+                while let Ok(Some(p)) = dec.decode(&mut all) {
+                    v.push(p.opcode);
+                }
+            }
+        }
+        v
+    };
+    // Silence: one nudge, no more until it is answered or times out.
+    let mut now = t0 + Duration::from_secs(2);
+    c.handle_timeout(now);
+    let evs = drain(&mut c, now);
+    assert_eq!(opcodes(&evs), [emule_op::PUBLICIP_REQ]);
+    now += Duration::from_millis(500);
+    c.handle_timeout(now);
+    assert!(opcodes(&drain(&mut c, now)).is_empty());
+    // Nothing comes back: reconnect.
+    now += Duration::from_secs(3);
+    c.handle_timeout(now);
+    let evs = drain(&mut c, now);
+    let addr = evs.iter().find_map(|e| match e {
+        Event::Connect { addr } => Some(*addr),
+        _ => None,
+    });
+    assert_eq!(addr, Some("10.0.0.2:4662".parse().unwrap()));
+    assert!(closed(&evs).expect("closed").contains("stopped reading"));
+    c.remove_conn(1, now);
+    // The new connection: hello answer, then the slot and the blocks.
+    c.add_conn(2, "10.0.0.2:4662".parse().unwrap(), None, true, now);
+    drain(&mut c, now);
+    at(&mut c, 2, &M::HelloAnswer(hello), now);
+    let evs = drain(&mut c, now);
+    let ops = opcodes(&evs);
+    assert_eq!(ops[0], op::ACCEPTUPLOADREQ);
+    assert_eq!(ops.iter().filter(|o| **o == op::SENDINGPART).count(), 3);
+    // A peer that answers the nudge is left alone.
+    c.add_conn(3, "10.0.0.3:50000".parse().unwrap(), None, false, now);
+    let other = crate::client::OwnHello::weir("live", 0, false).hello(Md4Hash([3; 16]), 1, 4662);
+    at(&mut c, 3, &M::Hello(other), now);
+    at(&mut c, 3, &M::StartUploadReq { file: h.file_hash }, now);
+    drain(&mut c, now);
+    now += Duration::from_secs(2);
+    c.handle_timeout(now);
+    drain(&mut c, now);
+    at(
+        &mut c,
+        3,
+        &M::PublicIpAnswer {
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+        },
+        now,
+    );
+    now += Duration::from_secs(4);
+    c.handle_timeout(now);
+    let evs = drain(&mut c, now);
+    let live: SocketAddr = "10.0.0.3:4662".parse().unwrap();
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, Event::Connect { addr } if *addr == live)
+                || matches!(e, Event::Close { conn: 3, .. }))
+    );
 }

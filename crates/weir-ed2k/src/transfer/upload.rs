@@ -197,7 +197,7 @@ impl Client {
     }
 
     /// Gives free slots to the longest-waiting peers, at once.
-    pub(super) fn grant_next_slot(&mut self, _now: Instant) {
+    pub(super) fn grant_next_slot(&mut self, now: Instant) {
         loop {
             let active = self
                 .conns
@@ -218,6 +218,7 @@ impl Client {
             };
             let c = self.conns.get_mut(&conn).expect("listed");
             c.up.slot = Slot::Active;
+            c.up.last_request_at = now;
             c.up.forget();
             c.send(&M::AcceptUploadReq);
             self.mark_dirty(conn);
@@ -263,6 +264,8 @@ impl Client {
             }
         }
         let c = self.conns.get_mut(&conn).expect("caller checked");
+        c.up.last_request_at = now;
+        c.up.last_ranges = ranges.iter().copied().filter(|r| r.0 < r.1).collect();
         for r in ranges {
             if r.0 < r.1 {
                 c.up.ask(r);
@@ -376,6 +379,131 @@ impl Client {
         self.mark_dirty(conn);
     }
 }
+
+impl Client {
+    /// Downloaders that went quiet with everything they asked for sent.
+    ///
+    /// aMule 2.3.3's socket reader can wedge: in the lab, amuled stopped
+    /// reading one connection for good (its last three requested blocks,
+    /// 553,500 bytes, unread in its socket; weir's send queue empty; no
+    /// answer to anything after that) while it kept sending on it, and
+    /// gave up only after its 100 s download timeout. It then waits on
+    /// its request list for blocks it will never read.
+    ///
+    /// First a 6-byte `OP_PUBLICIP_REQ` (which every eMule-compatible peer
+    /// answers) after [`NUDGE_AFTER`] of silence; if nothing at all comes
+    /// back within [`WEDGE_AFTER`], the peer is taken as wedged: we connect
+    /// to its listen port again (aMule moves the client to the new socket),
+    /// grant the slot there and send the blocks of its last request again,
+    /// which completes them and restarts its requests.
+    pub(super) fn nudge_idle_downloaders(&mut self, now: Instant) {
+        let mut nudge = Vec::new();
+        let mut wedged = Vec::new();
+        for (k, c) in &self.conns {
+            let Some(peer) = c.peer.as_ref() else {
+                continue;
+            };
+            if c.closing
+                || c.up.slot != Slot::Active
+                || !c.up.requests.is_empty()
+                || c.up.in_flight > 0
+                || !peer.info.is_emule()
+            {
+                continue;
+            }
+            match c.up.last_nudge_at {
+                Some(n) if n > c.up.last_request_at && c.last_recv_at < n => {
+                    if now.saturating_duration_since(n) >= WEDGE_AFTER {
+                        wedged.push(*k);
+                    }
+                }
+                _ => {
+                    let last = c.up.last_request_at.max(c.last_recv_at);
+                    if now.saturating_duration_since(last) >= NUDGE_AFTER {
+                        nudge.push(*k);
+                    }
+                }
+            }
+        }
+        for conn in nudge {
+            let c = self.conns.get_mut(&conn).expect("listed");
+            c.up.last_nudge_at = Some(now);
+            c.send(&M::PublicIpReq);
+            self.mark_dirty(conn);
+        }
+        for conn in wedged {
+            self.reconnect_wedged(conn, now);
+        }
+    }
+
+    fn reconnect_wedged(&mut self, conn: ConnId, now: Instant) {
+        let c = &self.conns[&conn];
+        let (Some(peer), Some(file), Some(ip)) = (c.peer.as_ref(), c.up.file, c.ip4()) else {
+            return;
+        };
+        let port = peer.info.port;
+        let addr = std::net::SocketAddr::from((ip, port));
+        if port != 0 {
+            self.callbacks.push(Callback {
+                user_hash: peer.user_hash,
+                file,
+                ranges: c.up.last_ranges.clone(),
+                deadline: now + CALLBACK_TIMEOUT,
+            });
+            self.events.push_back(Event::Connect { addr });
+        }
+        self.close(
+            conn,
+            "peer stopped reading; connecting to it again to resume".into(),
+        );
+    }
+
+    /// A peer we owe a slot (see [`Client::nudge_idle_downloaders`]) is
+    /// connected again: grant it and resend its last request.
+    pub(super) fn resume_callback(&mut self, conn: ConnId, now: Instant) {
+        let Some(user) = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.peer.as_ref())
+            .map(|p| p.user_hash)
+        else {
+            return;
+        };
+        self.callbacks.retain(|cb| cb.deadline > now);
+        let Some(i) = self.callbacks.iter().position(|cb| cb.user_hash == user) else {
+            return;
+        };
+        let cb = self.callbacks.swap_remove(i);
+        let c = self.conns.get_mut(&conn).expect("caller checked");
+        c.up.file = Some(cb.file);
+        c.up.slot = Slot::Active;
+        c.up.last_request_at = now;
+        c.up.forget();
+        c.send(&M::AcceptUploadReq);
+        for r in cb.ranges {
+            c.up.ask(r);
+        }
+        self.mark_dirty(conn);
+        self.serve(conn, now);
+    }
+}
+
+/// A slot owed to a peer we are connecting to again.
+#[derive(Debug)]
+pub(super) struct Callback {
+    user_hash: Md4Hash,
+    file: FileId,
+    ranges: Vec<(u64, u64)>,
+    deadline: Instant,
+}
+
+/// How long a slot owed on reconnection is kept.
+const CALLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Silence (after a nudge) that marks a downloader as wedged.
+const WEDGE_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Silence after which an idle downloader with an open slot is nudged.
+const NUDGE_AFTER: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Packs a block when a sample says it pays: a sample every
 /// [`PLAIN_RUN`] blocks while it does not, each block's own result while

@@ -549,6 +549,9 @@ impl Driver {
             }
             Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
                 for p in msgs {
+                    if tracing::enabled!(tracing::Level::TRACE) {
+                        trace_packet(conn, "in", &p);
+                    }
                     self.client.handle_packet(conn, p, now);
                 }
             }
@@ -625,6 +628,9 @@ impl Driver {
                     payload,
                 } => {
                     if let Some(c) = self.conns.get(&conn) {
+                        if tracing::enabled!(tracing::Level::TRACE) {
+                            trace_out(conn, &data);
+                        }
                         let _ = c.writer.send(Outgoing { data, payload });
                     }
                 }
@@ -650,6 +656,19 @@ impl Driver {
                     self.banned.insert(canonical(ip));
                 }
                 Event::PartVerified { .. } => {}
+                Event::Connect { addr } => {
+                    if self.cfg.policy.allows(addr.ip())
+                        && !self.banned.contains(&canonical(addr.ip()))
+                    {
+                        tracing::info!("connecting to {addr} again");
+                        tokio::spawn(conn::dial(
+                            self.cfg.policy.clone(),
+                            self.cfg.listen.map(|a| a.ip()),
+                            addr,
+                            self.tx.clone(),
+                        ));
+                    }
+                }
                 Event::Complete { file } => {
                     if let Some((name, _)) = self.client.file_info(file) {
                         tracing::info!("{name}: complete");
@@ -1017,6 +1036,42 @@ impl Driver {
             }
         })
         .await;
+    }
+}
+
+/// Logs a packet's opcode, size and (for part requests and part data)
+/// its ranges, at trace level: the interop debugging aid.
+fn trace_packet(conn: ConnId, dir: &str, p: &Packet) {
+    let ranges = match (p.protocol, p.opcode) {
+        (weir_ed2k::packet::Protocol::Edonkey, 0x47)
+        | (weir_ed2k::packet::Protocol::Edonkey, 0x46)
+            if p.payload.len() >= 24 =>
+        {
+            let w: Vec<u32> = p.payload[16..]
+                .chunks_exact(4)
+                .take(if p.opcode == 0x47 { 6 } else { 2 })
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            format!(" {w:?}")
+        }
+        _ => String::new(),
+    };
+    tracing::trace!(
+        "conn {conn} {dir}: {:?} {:#04x} ({} bytes){ranges}",
+        p.protocol,
+        p.opcode,
+        p.payload.len()
+    );
+}
+
+fn trace_out(conn: ConnId, data: &[bytes::Bytes]) {
+    let mut buf = bytes::BytesMut::new();
+    for d in data {
+        buf.extend_from_slice(d);
+    }
+    let mut dec = Decoder::new(Limits::CLIENT);
+    while let Ok(Some(p)) = dec.decode(&mut buf) {
+        trace_packet(conn, "out", &p);
     }
 }
 

@@ -383,15 +383,32 @@ impl Amule {
             proc,
         };
         // amuled empties shareddir.dat on a fresh config dir's first start.
-        let want = shared_list(&a.cfg)?;
-        let have = std::fs::read_to_string(a.dir.join("shareddir.dat")).unwrap_or_default();
-        if want != have {
-            std::fs::write(a.dir.join("shareddir.dat"), &want)?;
-        }
-        if !want.is_empty() {
-            a.cmd("reload shared")?;
-        }
+        // Reload only then: a reload while amuled hashes its shares drops
+        // the file being hashed from the shared list.
+        a.ensure_shared(false)?;
         Ok(a)
+    }
+
+    /// Writes `shareddir.dat` again and reloads the shares if amuled
+    /// emptied it (it does on a fresh config directory's first start,
+    /// sometimes after [`Amule::start`] looked), or always with `force`
+    /// (a reload that raced amuled's first hashing can leave a file
+    /// hashed but unshared; the next reload shares it). Returns whether it
+    /// reloaded.
+    pub fn ensure_shared(&self, force: bool) -> anyhow::Result<bool> {
+        let want = shared_list(&self.cfg)?;
+        if want.is_empty() {
+            return Ok(false);
+        }
+        let path = self.dir.join("shareddir.dat");
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if want != have {
+            std::fs::write(&path, &want)?;
+        } else if !force {
+            return Ok(false);
+        }
+        self.cmd("reload shared")?;
+        Ok(true)
     }
 
     /// The configuration directory.
@@ -477,7 +494,14 @@ impl Amule {
     /// file with this ed2k hash.
     pub fn wait_hashed(&self, hash: &[u8; 16], timeout: Duration) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + timeout;
+        let mut checked = std::time::Instant::now();
+        let mut polls = 0u32;
         while !self.has_hashed(hash) {
+            if checked.elapsed() > Duration::from_secs(3) {
+                polls += 1;
+                self.ensure_shared(polls % 5 == 0)?;
+                checked = std::time::Instant::now();
+            }
             if std::time::Instant::now() > deadline {
                 bail!(
                     "amuled did not hash the file in {timeout:?}:\n{}",

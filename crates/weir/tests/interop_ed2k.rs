@@ -204,7 +204,14 @@ fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
     // amuled writes known.met when its hashing task ends: wait for it to
     // hold every file (bounded).
     let deadline = Instant::now() + Duration::from_secs(240);
+    let mut checked = Instant::now();
+    let mut polls = 0u32;
     let known = loop {
+        if checked.elapsed() > Duration::from_secs(3) {
+            polls += 1;
+            amule.ensure_shared(polls % 5 == 0)?;
+            checked = Instant::now();
+        }
         if let Some(b) = amule.known_met() {
             if let Ok(k) = read_known_met(&b) {
                 if k.len() >= files.len() && k.iter().all(|e| e.2.is_some()) {
@@ -476,11 +483,18 @@ fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
     let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
     // Wait until amuled has hashed and shared the file.
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut checked = Instant::now();
+    let mut polls = 0u32;
     while !amule
         .known_met()
         .and_then(|b| read_known_met(&b).ok())
         .is_some_and(|k| k.iter().any(|e| e.0 == file && e.2.is_some()))
     {
+        if checked.elapsed() > Duration::from_secs(3) {
+            polls += 1;
+            amule.ensure_shared(polls % 5 == 0)?;
+            checked = Instant::now();
+        }
         if Instant::now() > deadline {
             bail!("amuled did not share the file:\n{}", amule.log_tail(20));
         }

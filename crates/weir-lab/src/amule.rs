@@ -478,39 +478,65 @@ impl Amule {
         Ok(parse_show_dl(&self.cmd("show dl")?))
     }
 
-    /// The raw `known.met` (files amuled has hashed), if written yet.
+    /// The raw `known.met` (files amuled has hashed), if written yet
+    /// (amuled may write it only when it exits: see [`Amule::stop`]).
     pub fn known_met(&self) -> Option<Vec<u8>> {
         std::fs::read(self.dir.join("known.met")).ok()
     }
 
-    /// Whether amuled has hashed (and so shares, or has completed) the file
-    /// with this ed2k hash: its 16 bytes are in `known.met`.
-    pub fn has_hashed(&self, hash: &[u8; 16]) -> bool {
-        self.known_met()
-            .is_some_and(|k| k.windows(16).any(|w| w == hash))
+    /// The ed2k hashes (upper-case hex) of the files amuled shares now
+    /// (`show shared`): a file is listed once it is hashed. (`known.met` is
+    /// not a reliable signal: amuled may write it only when it exits.)
+    pub fn shared_hashes(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .cmd("show shared")?
+            .lines()
+            .filter_map(|l| l.trim_start_matches(['>', ' ', '\t']).split(' ').next())
+            .filter(|w| w.len() == 32 && w.bytes().all(|c| c.is_ascii_hexdigit()))
+            .map(|w| w.to_ascii_uppercase())
+            .collect())
     }
 
-    /// Waits (bounded, polling `known.met`) until amuled has hashed the
-    /// file with this ed2k hash.
-    pub fn wait_hashed(&self, hash: &[u8; 16], timeout: Duration) -> anyhow::Result<()> {
+    /// Whether amuled shares the file with this ed2k hash.
+    pub fn has_hashed(&self, hash: &[u8; 16]) -> bool {
+        let hex: String = hash.iter().map(|b| format!("{b:02X}")).collect();
+        self.shared_hashes().is_ok_and(|h| h.contains(&hex))
+    }
+
+    /// Waits (bounded, polling `show shared`) until amuled shares every
+    /// file with these ed2k hashes, reloading the shares if amuled emptied
+    /// its list or a reload raced its first hashing.
+    pub fn wait_shared(&self, hashes: &[[u8; 16]], timeout: Duration) -> anyhow::Result<()> {
+        let want: Vec<String> = hashes
+            .iter()
+            .map(|h| h.iter().map(|b| format!("{b:02X}")).collect())
+            .collect();
         let deadline = std::time::Instant::now() + timeout;
-        let mut checked = std::time::Instant::now();
         let mut polls = 0u32;
-        while !self.has_hashed(hash) {
-            if checked.elapsed() > Duration::from_secs(3) {
-                polls += 1;
-                self.ensure_shared(polls % 5 == 0)?;
-                checked = std::time::Instant::now();
+        loop {
+            let have = self.shared_hashes().unwrap_or_default();
+            if want.iter().all(|w| have.contains(w)) {
+                return Ok(());
             }
             if std::time::Instant::now() > deadline {
                 bail!(
-                    "amuled did not hash the file in {timeout:?}:\n{}",
+                    "amuled did not share {} of {} files in {timeout:?}:\n{}",
+                    want.iter().filter(|w| !have.contains(w)).count(),
+                    want.len(),
                     self.log_tail(20)
                 );
             }
-            std::thread::sleep(Duration::from_millis(100));
+            polls += 1;
+            if polls % 4 == 0 {
+                self.ensure_shared(polls % 20 == 0)?;
+            }
+            std::thread::sleep(Duration::from_millis(250));
         }
-        Ok(())
+    }
+
+    /// [`Amule::wait_shared`] for one file.
+    pub fn wait_hashed(&self, hash: &[u8; 16], timeout: Duration) -> anyhow::Result<()> {
+        self.wait_shared(std::slice::from_ref(hash), timeout)
     }
 
     /// Where amuled puts a completed download.
@@ -546,10 +572,11 @@ impl Amule {
         }
     }
 
-    /// Stops amuled (SIGTERM, then SIGKILL after a grace period).
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        self.proc.kill_tree_with_grace(Duration::from_secs(5))?;
-        Ok(())
+    /// Stops amuled (SIGTERM, then SIGKILL after a grace period). A clean
+    /// exit writes `known.met`, which is returned (if there is one).
+    pub fn stop(mut self) -> anyhow::Result<Option<Vec<u8>>> {
+        self.proc.kill_tree_with_grace(Duration::from_secs(10))?;
+        Ok(std::fs::read(self.dir.join("known.met")).ok())
     }
 
     /// The last lines of amuled's stderr and of its own `logfile`.

@@ -201,32 +201,17 @@ fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
     let mut cfg = AmuleConfig::new("weirknown", Ipv4Addr::LOCALHOST);
     cfg.shared_dirs.push(share.clone());
     let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
-    // amuled writes known.met when its hashing task ends: wait for it to
-    // hold every file (bounded).
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut checked = Instant::now();
-    let mut polls = 0u32;
-    let known = loop {
-        if checked.elapsed() > Duration::from_secs(3) {
-            polls += 1;
-            amule.ensure_shared(polls % 5 == 0)?;
-            checked = Instant::now();
-        }
-        if let Some(b) = amule.known_met() {
-            if let Ok(k) = read_known_met(&b) {
-                if k.len() >= files.len() && k.iter().all(|e| e.2.is_some()) {
-                    break k;
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "amuled did not hash the files in time:\n{}",
-                amule.log_tail(30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    // Every file shared (hashed), then a clean exit writes known.met.
+    let hashes: Vec<[u8; 16]> = ours
+        .iter()
+        .map(|l| Ok(Md4Hash::from_hex(&parse_link(l)?.1)?.0))
+        .collect::<anyhow::Result<_>>()?;
+    amule.wait_shared(&hashes, Duration::from_secs(240))?;
+    let log = amule.log_tail(30);
+    let known = amule
+        .stop()?
+        .with_context(|| format!("amuled wrote no known.met:\n{log}"))?;
+    let known = read_known_met(&known)?;
     for line in &ours {
         let (size, hash, _, aich) = parse_link(line)?;
         let entry = known
@@ -244,7 +229,6 @@ fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
         );
         AichHash::from_base32(&aich)?;
     }
-    amule.stop()?;
     Ok(())
 }
 
@@ -482,24 +466,7 @@ fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
     cfg.shared_dirs.push(share.clone());
     let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
     // Wait until amuled has hashed and shared the file.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut checked = Instant::now();
-    let mut polls = 0u32;
-    while !amule
-        .known_met()
-        .and_then(|b| read_known_met(&b).ok())
-        .is_some_and(|k| k.iter().any(|e| e.0 == file && e.2.is_some()))
-    {
-        if checked.elapsed() > Duration::from_secs(3) {
-            polls += 1;
-            amule.ensure_shared(polls % 5 == 0)?;
-            checked = Instant::now();
-        }
-        if Instant::now() > deadline {
-            bail!("amuled did not share the file:\n{}", amule.log_tail(20));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    amule.wait_hashed(&file.0, Duration::from_secs(120))?;
     let log = ns.run_in(|| -> anyhow::Result<Vec<String>> {
         let s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, 4662))?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -816,13 +783,21 @@ fn amuled_downloads_from_weir_codecs() -> anyhow::Result<()> {
     wait_line(&lines, deadline, "amuled's login", |l| {
         l.starts_with("login ") && l.contains(&mule_ip.to_string())
     })?;
+    // The server gives amuled the source too, but amuled asks it only once
+    // per file, and a request that races its login is lost: the link
+    // names the source as well.
     let link = weir_ed2k::link::FileLink {
         name: name.into(),
         size,
         hash: hashes.file_hash,
         aich: hashes.aich.as_ref().map(|a| a.root()),
         part_hashes: None,
-        sources: vec![],
+        sources: vec![weir_ed2k::link::LinkSource {
+            host: weir_ed2k::link::SourceHost::Ip(up_ip),
+            port: 4662,
+            crypt_options: 0,
+            user_hash: None,
+        }],
     };
     amule.add_link(&link.to_link())?;
     let incoming = dir.path().join("conf").join("Incoming").join(name);
@@ -1038,8 +1013,9 @@ fn weir_gets_from_amuled() -> anyhow::Result<()> {
 
 /// A stock amuled downloads from `weir seed --ed2k`: both log into
 /// `weir ed2k-server` on a veth pair (aMule ignores 127.0.0.0/8 sources),
-/// amuled gets weir as a source, and a file of exactly two parts (three
-/// hashes, the last the empty part's) arrives byte-identical.
+/// weir publishes the file there, amuled takes weir's link (which names
+/// weir as a source), and a file of exactly two parts (three hashes, the
+/// last the empty part's) arrives byte-identical.
 #[test]
 fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     if !lab_ready()? {
@@ -1093,6 +1069,7 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     })?;
     let parsed = weir_ed2k::link::FileLink::parse(&link)?;
     assert_eq!(parsed.sources.len(), 1, "{link}");
+    assert_eq!(parsed.sources[0].addr(), Some(SocketAddrV4::new(weir_ip, 4662)));
     wait_line(&lines, deadline, "weir's file offer", |l| {
         l.starts_with("offer ") && l.contains("total=1")
     })?;
@@ -1103,12 +1080,10 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     wait_line(&lines, deadline, "amuled's login", |l| {
         l.starts_with("login ") && l.contains(&mule_ip.to_string())
     })?;
-    let plain = weir_ed2k::link::FileLink {
-        sources: vec![],
-        ..parsed
-    };
+    // The seeder's own link names it as the source (amuled asks the server
+    // only once per file, and a request that races its login is lost).
     let started = Instant::now();
-    amule.add_link(&plain.to_link())?;
+    amule.add_link(&link)?;
     let got = amule.wait_download(name, size, Duration::from_secs(120), || {
         match seed.try_wait()? {
             Some((st, _)) => bail!("weir seed exited: {st}"),

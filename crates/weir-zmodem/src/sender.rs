@@ -530,6 +530,12 @@ impl Sender {
         self.restarts
     }
 
+    /// Whether data streams without acknowledgements (no window, no
+    /// segments). Known once the receiver's ZRINIT arrived.
+    pub fn streaming(&self) -> bool {
+        self.window.is_none() && self.segment.is_none()
+    }
+
     /// The subpacket size in use.
     pub fn block_size(&self) -> usize {
         self.block

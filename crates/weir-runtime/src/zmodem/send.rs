@@ -1,0 +1,258 @@
+//! Sending files: the driver loop around [`weir_zmodem::Sender`].
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use weir_zmodem::{FileOffer, SendError, SendEvent, Sender, SenderConfig};
+
+use super::line::{Chunk, Line, READ_CHUNK, write_some};
+use super::{PROGRESS_EVERY, Progress, ZmodemError};
+
+/// How to send.
+#[derive(Clone, Debug)]
+pub struct SendOptions {
+    /// Protocol settings.
+    pub core: SenderConfig,
+    /// In streaming mode, cap the line's kernel buffer at this many bytes
+    /// (socket send buffer or pipe size) so a line error costs a bounded
+    /// retransmission. `None` leaves the kernel's (auto-tuned) buffer, for
+    /// a link with a high bandwidth-delay product.
+    pub sndbuf: Option<usize>,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            core: SenderConfig::default(),
+            sndbuf: Some(256 * 1024),
+        }
+    }
+}
+
+/// What a send did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendReport {
+    /// Files the receiver confirmed.
+    pub sent: usize,
+    /// Files the receiver skipped.
+    pub skipped: usize,
+    /// Payload bytes confirmed (without skipped or resumed parts).
+    pub bytes: u64,
+    /// ZRPOS retransmissions.
+    pub restarts: u64,
+}
+
+struct Source {
+    path: PathBuf,
+    file: File,
+    name: String,
+}
+
+/// Sends `paths` over `line`. Every file is opened and checked first (a
+/// file over 4 GiB - 1 is refused before anything is sent).
+pub fn send_files(
+    line: Line,
+    paths: &[PathBuf],
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<SendReport, ZmodemError> {
+    let mut sources = Vec::with_capacity(paths.len());
+    let mut offers = Vec::with_capacity(paths.len());
+    for p in paths {
+        let (src, offer) = open(p)?;
+        if offer.size > weir_zmodem::consts::MAX_FILE_SIZE {
+            return Err(SendError::FileTooLarge {
+                name: p.display().to_string(),
+                size: offer.size,
+            }
+            .into());
+        }
+        sources.push(src);
+        offers.push(offer);
+    }
+    let (reader, mut out) = line.start();
+    let mut s = Sender::new(opts.core.clone(), offers, Instant::now())?;
+    let mut buf = vec![0u8; opts.core.chunk.max(READ_CHUNK)];
+    let mut report = SendReport::default();
+    let mut started = (Instant::now(), 0u64);
+    let mut last_progress = Instant::now();
+    let mut eof = false;
+    let result: Result<(), ZmodemError> = 'run: loop {
+        // 1. Whatever the line delivered.
+        while let Some(chunk) = reader.try_next() {
+            match chunk {
+                Chunk::Data(b) => {
+                    let r = s.handle_input(Instant::now(), &b);
+                    reader.recycle(b);
+                    if let Err(e) = r {
+                        break 'run Err(e.into());
+                    }
+                }
+                Chunk::Eof => {
+                    eof = true;
+                    break;
+                }
+                Chunk::Err(e) => break 'run Err(ZmodemError::Line(e)),
+            }
+        }
+        // 2. Events.
+        while let Some(ev) = s.poll_event() {
+            match ev {
+                SendEvent::ReceiverReady { .. } => {
+                    if s.streaming() {
+                        super::line::tune_output(out.as_fd(), opts.sndbuf, false);
+                    } else {
+                        super::line::tune_output(out.as_fd(), None, true);
+                    }
+                }
+                SendEvent::FileStarted { file, offset } => {
+                    started = (Instant::now(), offset);
+                    progress(Progress::FileStarted {
+                        name: sources[file].name.clone(),
+                        size: Some(s.position().2),
+                        offset,
+                    });
+                }
+                SendEvent::Retransmit { pos, .. } => progress(Progress::Retransmit { pos }),
+                SendEvent::FileDone { file, size } => {
+                    report.sent += 1;
+                    report.bytes += size - started.1;
+                    progress(Progress::FileDone {
+                        name: sources[file].name.clone(),
+                        bytes: size - started.1,
+                        elapsed: started.0.elapsed(),
+                    });
+                }
+                SendEvent::FileSkipped { file } => {
+                    report.skipped += 1;
+                    progress(Progress::FileSkipped {
+                        name: sources[file].name.clone(),
+                        reason: "the receiver skipped it".into(),
+                    });
+                }
+                SendEvent::Finished => {}
+            }
+        }
+        if s.is_done() {
+            break Ok(());
+        }
+        // 3. File data, read in large chunks, framed at once.
+        if let Some(req) = s.poll_data_request() {
+            let src = &sources[req.file];
+            let n = match read_full_at(&src.file, &mut buf[..req.len], req.offset) {
+                Ok(n) => n,
+                Err(e) => {
+                    break 'run Err(ZmodemError::File {
+                        path: src.path.display().to_string(),
+                        source: e,
+                    });
+                }
+            };
+            if let Err(e) = s.supply_data(Instant::now(), req.file, req.offset, &buf[..n]) {
+                break 'run Err(e.into());
+            }
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                last_progress = Instant::now();
+                let (_, pos, size) = s.position();
+                progress(Progress::Bytes {
+                    pos,
+                    size: Some(size),
+                });
+            }
+            continue;
+        }
+        // 4. Output, in pieces small enough to notice a ZRPOS soon.
+        let pending = s.pending_output();
+        if !pending.is_empty() {
+            let n = pending.len().min(128 * 1024);
+            match write_some(&mut out, &pending[..n]) {
+                Ok(n) => s.consume_output(n),
+                Err(e) => break 'run Err(ZmodemError::Line(e)),
+            }
+            continue;
+        }
+        if eof {
+            break Err(ZmodemError::Line(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the receiver closed the line",
+            )));
+        }
+        // 5. Idle: wait for input or the protocol timer.
+        let wait = s
+            .poll_timeout()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        match reader.next(wait) {
+            Some(Chunk::Data(b)) => {
+                let r = s.handle_input(Instant::now(), &b);
+                reader.recycle(b);
+                if let Err(e) = r {
+                    break Err(e.into());
+                }
+            }
+            Some(Chunk::Eof) => eof = true,
+            Some(Chunk::Err(e)) => break Err(ZmodemError::Line(e)),
+            None => {
+                if let Err(e) = s.handle_timeout(Instant::now()) {
+                    break Err(e.into());
+                }
+            }
+        }
+    };
+    // Whatever is left ("OO", or the cancel sequence after an error).
+    let mut rest = s.pending_output();
+    while !rest.is_empty() {
+        match write_some(&mut out, rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(_) => break,
+        }
+    }
+    report.restarts = s.restarts();
+    result.map(|()| report)
+}
+
+fn open(p: &Path) -> Result<(Source, FileOffer), ZmodemError> {
+    let file_err = |e: io::Error| ZmodemError::File {
+        path: p.display().to_string(),
+        source: e,
+    };
+    let file = File::open(p).map_err(file_err)?;
+    let md = file.metadata().map_err(file_err)?;
+    if !md.is_file() {
+        return Err(file_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let base = p.file_name().unwrap_or(p.as_os_str());
+    let offer = FileOffer {
+        name: base.as_bytes().to_vec(),
+        size: md.len(),
+        mtime: u64::try_from(md.mtime()).unwrap_or(0),
+        mode: md.mode(),
+    };
+    let src = Source {
+        path: p.to_path_buf(),
+        file,
+        name: base.to_string_lossy().into_owned(),
+    };
+    Ok((src, offer))
+}
+
+/// Reads up to `buf.len()` bytes at `off`, fewer only at end of file.
+fn read_full_at(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], off + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

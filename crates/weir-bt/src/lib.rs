@@ -1,1 +1,17 @@
 //! Sans-IO BitTorrent v1 protocol core for weir.
+//!
+//! - [`metainfo`]: `.torrent` parsing and checking (info-hash, geometry,
+//!   safe file names).
+//! - [`wire`]: the peer wire codec (BEP 3, BEP 6 fast extension, BEP 10
+//!   extension protocol), zero-copy over `bytes`.
+//! - [`tracker`]: HTTP (BEP 3/7/23) and UDP (BEP 15) tracker codecs.
+//! - [`create`]: building `.torrent` files.
+//!
+//! Nothing here performs I/O or reads a clock; `weir-runtime` drives it.
+
+pub mod create;
+pub mod metainfo;
+pub mod tracker;
+pub mod wire;
+
+pub mod torrent;

@@ -1,1 +1,258 @@
-//! TODO
+//! Token buckets for literal bandwidth caps (`SEEDS.md` section 2).
+//!
+//! One bucket is shared by every socket it governs: a reader reserves before
+//! it reads and refunds what the read did not use; a writer reserves before
+//! it writes. The bucket is refilled once per tick with `rate * tick`, and
+//! what is left over carries into the next tick only up to twice the tick's
+//! budget: without carry TCP starves and the rate is noisy, with unbounded
+//! carry a quiet period bursts past the cap.
+//!
+//! There is no per-peer share: demand decides, so a slow peer takes what it
+//! can and a fast one takes the rest. A rate of 0 means unlimited and every
+//! call short-circuits. Asking for 0 bytes (control traffic) returns 0 and
+//! never touches the bucket, so it can never be mistaken for "empty".
+//!
+//! The bucket is lock-free (atomics only): the hot path is one
+//! compare-and-swap.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A shared token bucket. `rate` is bytes per second, 0 = unlimited.
+#[derive(Debug, Default)]
+pub struct TokenBucket {
+    rate: AtomicU64,
+    tokens: AtomicI64,
+    /// Twice the last tick's budget: the ceiling refills and refunds obey.
+    ceiling: AtomicI64,
+}
+
+impl TokenBucket {
+    /// A bucket capping at `rate` bytes per second (0 = unlimited). It starts
+    /// empty and fills at the first [`refill`](Self::refill).
+    pub fn new(rate: u64) -> Self {
+        Self {
+            rate: AtomicU64::new(rate),
+            tokens: AtomicI64::new(0),
+            ceiling: AtomicI64::new(0),
+        }
+    }
+
+    /// An unlimited bucket.
+    pub fn unlimited() -> Self {
+        Self::new(0)
+    }
+
+    /// Changes the cap; takes effect at the next refill.
+    pub fn set_rate(&self, rate: u64) {
+        self.rate.store(rate, Ordering::Relaxed);
+    }
+
+    /// The cap in bytes per second (0 = unlimited).
+    pub fn rate(&self) -> u64 {
+        self.rate.load(Ordering::Relaxed)
+    }
+
+    /// Whether the bucket limits anything.
+    pub fn is_unlimited(&self) -> bool {
+        self.rate() == 0
+    }
+
+    /// Adds one tick's budget, `rate * tick`, keeping at most twice that.
+    pub fn refill(&self, tick: Duration) {
+        let rate = self.rate();
+        if rate == 0 {
+            return;
+        }
+        let budget = (rate as f64 * tick.as_secs_f64()).round() as i64;
+        let ceiling = budget.saturating_mul(2);
+        self.ceiling.store(ceiling, Ordering::Relaxed);
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(budget).min(ceiling))
+            });
+    }
+
+    /// Takes up to `want` bytes and returns how many were granted: `want`
+    /// when unlimited, 0 when `want` is 0 or the bucket is empty (wait for the
+    /// next refill), otherwise `min(want, available)`.
+    pub fn reserve(&self, want: u64) -> u64 {
+        if want == 0 {
+            return 0;
+        }
+        if self.is_unlimited() {
+            return want;
+        }
+        let want = i64::try_from(want).unwrap_or(i64::MAX);
+        let mut granted = 0;
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                if t <= 0 {
+                    granted = 0;
+                    return None;
+                }
+                granted = want.min(t);
+                Some(t - granted)
+            });
+        granted as u64
+    }
+
+    /// Gives back bytes reserved but not used (a read that returned less).
+    pub fn refund(&self, unused: u64) {
+        if unused == 0 || self.is_unlimited() {
+            return;
+        }
+        let unused = i64::try_from(unused).unwrap_or(i64::MAX);
+        let ceiling = self.ceiling.load(Ordering::Relaxed);
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(unused).min(ceiling.max(t)))
+            });
+    }
+
+    /// Tokens available now (may be 0; never meaningful when unlimited).
+    pub fn available(&self) -> i64 {
+        self.tokens.load(Ordering::Acquire)
+    }
+}
+
+/// Reserves from a chain of buckets (e.g. per-transfer then global) and
+/// returns the amount every one of them granted, refunding the excess to
+/// those that granted more. Unlimited buckets in the chain cost nothing.
+pub fn reserve_chain(chain: &[&TokenBucket], want: u64) -> u64 {
+    let mut granted = want;
+    let mut taken = Vec::with_capacity(chain.len());
+    for b in chain {
+        let g = b.reserve(granted);
+        taken.push(g);
+        granted = granted.min(g);
+        if granted == 0 {
+            break;
+        }
+    }
+    for (b, t) in chain.iter().zip(&taken) {
+        b.refund(t - granted.min(*t));
+    }
+    granted
+}
+
+/// Refunds `unused` bytes to every bucket of a chain.
+pub fn refund_chain(chain: &[&TokenBucket], unused: u64) {
+    for b in chain {
+        b.refund(unused);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_millis(10);
+
+    #[test]
+    fn unlimited_and_zero_short_circuit() {
+        let b = TokenBucket::unlimited();
+        assert_eq!(b.reserve(1 << 40), 1 << 40);
+        let capped = TokenBucket::new(1000);
+        assert_eq!(capped.reserve(0), 0);
+        // Zero-length asks leave the bucket alone.
+        capped.refill(Duration::from_secs(1));
+        assert_eq!(capped.reserve(0), 0);
+        assert_eq!(capped.available(), 1000);
+    }
+
+    #[test]
+    fn carry_over_is_capped_at_two_ticks() {
+        let b = TokenBucket::new(1_000_000); // 10_000 per 10 ms tick
+        for _ in 0..100 {
+            b.refill(TICK);
+        }
+        assert_eq!(b.available(), 20_000);
+        assert_eq!(b.reserve(50_000), 20_000);
+        assert_eq!(b.reserve(1), 0);
+        b.refill(TICK);
+        assert_eq!(b.reserve(50_000), 10_000);
+    }
+
+    #[test]
+    fn refund_returns_unused() {
+        let b = TokenBucket::new(1_000_000);
+        b.refill(TICK);
+        assert_eq!(b.reserve(8_000), 8_000);
+        b.refund(5_000);
+        assert_eq!(b.available(), 7_000);
+    }
+
+    #[test]
+    fn saturated_bucket_grants_the_rate_exactly() {
+        // Demand far above the cap for 30 s of ticks: granted = cap * 30 s,
+        // give or take the two-tick carry.
+        let rate = 20_000_000u64;
+        let b = TokenBucket::new(rate);
+        let mut granted = 0u64;
+        for _ in 0..3000 {
+            b.refill(TICK);
+            while let g @ 1.. = b.reserve(256 * 1024) {
+                granted += g;
+            }
+        }
+        let want = rate * 30;
+        assert!(
+            granted.abs_diff(want) <= 2 * rate / 100,
+            "{granted} vs {want}"
+        );
+    }
+
+    #[test]
+    fn demand_decides_the_split() {
+        // A slow consumer that only wants 5 kB per tick leaves the rest to a
+        // greedy one: the total still reaches the cap.
+        let b = TokenBucket::new(2_000_000); // 20 kB per tick
+        let (mut slow, mut fast) = (0, 0);
+        for _ in 0..1000 {
+            b.refill(TICK);
+            slow += b.reserve(5_000);
+            fast += b.reserve(1 << 20);
+        }
+        assert_eq!(slow, 5_000 * 1000);
+        assert!(slow + fast >= 2_000_000 * 10 - 20_000, "{}", slow + fast);
+    }
+
+    #[test]
+    fn chain_grants_the_minimum_and_refunds_the_rest() {
+        let global = TokenBucket::new(1_000_000);
+        let per = TokenBucket::new(100_000);
+        global.refill(TICK);
+        per.refill(TICK);
+        assert_eq!(reserve_chain(&[&per, &global], 50_000), 1_000);
+        assert_eq!(global.available(), 9_000);
+        assert_eq!(per.available(), 0);
+        let unlimited = TokenBucket::unlimited();
+        assert_eq!(reserve_chain(&[&unlimited, &global], 4_000), 4_000);
+    }
+
+    #[test]
+    fn concurrent_reservations_never_overdraw() {
+        let b = std::sync::Arc::new(TokenBucket::new(10_000_000));
+        b.refill(Duration::from_millis(100)); // 1_000_000 tokens
+        let got: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let b = b.clone();
+                    s.spawn(move || {
+                        let mut n = 0;
+                        while let g @ 1.. = b.reserve(1_000) {
+                            n += g;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(got, 1_000_000);
+    }
+}

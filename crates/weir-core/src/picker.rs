@@ -1,1 +1,694 @@
-//! TODO
+//! Which block to ask which peer for next.
+//!
+//! Every piece is in exactly one state:
+//! - **wanted**: not had, nothing asked yet; kept in buckets by how many
+//!   peers have it, each bucket in random order, so "rarest first with a
+//!   random tie-break" is a walk from the lowest bucket;
+//! - **partial**: some blocks asked or received; each block is free,
+//!   requested (by at most [`MAX_REQUESTERS`] peers) or received;
+//! - **had**: verified.
+//!
+//! A pick for a peer first continues partial pieces (so pieces complete and
+//! can be verified and shared early), then starts new pieces rarest first
+//! (or in index order in sequential mode). When no free block is left
+//! anywhere, the picker is in endgame: a block requested from one peer may be
+//! requested from a second, never a third, and whoever delivers first wins;
+//! the others are told to cancel.
+//!
+//! The picker is deterministic for a given seed.
+
+use std::collections::BTreeMap;
+
+use crate::bitfield::Bitfield;
+use crate::geometry::{BlockSpan, Geometry};
+
+/// A peer connection, as the picker knows it.
+pub type PeerKey = u32;
+
+/// At most this many peers are asked for the same block (endgame).
+pub const MAX_REQUESTERS: usize = 2;
+
+const NOBODY: PeerKey = PeerKey::MAX;
+
+/// What a peer has.
+#[derive(Clone, Copy, Debug)]
+pub enum PeerHas<'a> {
+    /// Everything (a seed, BitTorrent have-all).
+    All,
+    /// These pieces.
+    Some(&'a Bitfield),
+}
+
+impl PeerHas<'_> {
+    fn has(&self, piece: u32) -> bool {
+        match self {
+            PeerHas::All => true,
+            PeerHas::Some(b) => b.get(piece),
+        }
+    }
+}
+
+/// How new pieces are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Rarest first, random among equally rare.
+    RarestFirst,
+    /// Lowest index first (streaming, previews).
+    Sequential,
+}
+
+/// What a received block meant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// New data. `cancel` lists other peers that were also asked for it;
+    /// `piece_complete` is set when this was the piece's last missing block.
+    New {
+        /// Other requesters to send a cancel to.
+        cancel: Vec<PeerKey>,
+        /// Every block of the piece is now in.
+        piece_complete: bool,
+    },
+    /// Already had (a late endgame duplicate): drop the data.
+    Duplicate,
+    /// Not a block of this geometry, or of a piece not being downloaded.
+    Unexpected,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    Free,
+    Requested([PeerKey; MAX_REQUESTERS]),
+    Received,
+}
+
+#[derive(Clone, Debug)]
+struct Partial {
+    blocks: Vec<Block>,
+    free: u32,
+    received: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Wanted,
+    Partial,
+    Had,
+    /// Not wanted at all (deselected file).
+    Skipped,
+}
+
+/// The piece picker of one transfer.
+#[derive(Clone, Debug)]
+pub struct Picker {
+    geo: Geometry,
+    order: Order,
+    rng: fastrand::Rng,
+    had: Bitfield,
+    state: Vec<State>,
+    /// Peers with each piece, not counting whole seeds.
+    avail: Vec<u32>,
+    seeds: u32,
+    /// `buckets[a]` holds wanted pieces with availability `a`, shuffled.
+    buckets: Vec<Vec<u32>>,
+    /// Position of each wanted piece in its bucket.
+    pos: Vec<u32>,
+    partial: BTreeMap<u32, Partial>,
+    /// Blocks free in partial pieces plus every block of wanted pieces.
+    free_blocks: u64,
+    seq_cursor: u32,
+}
+
+impl Picker {
+    /// A picker with nothing had and every piece wanted.
+    pub fn new(geo: Geometry, order: Order, seed: u64) -> Self {
+        let n = geo.piece_count();
+        let mut p = Self {
+            geo,
+            order,
+            rng: fastrand::Rng::with_seed(seed),
+            had: Bitfield::new(n),
+            state: vec![State::Wanted; n as usize],
+            avail: vec![0; n as usize],
+            seeds: 0,
+            buckets: vec![Vec::new()],
+            pos: vec![0; n as usize],
+            partial: BTreeMap::new(),
+            free_blocks: 0,
+            seq_cursor: 0,
+        };
+        for i in 0..n {
+            p.bucket_insert(i);
+            p.free_blocks += u64::from(geo.blocks_in_piece(i));
+        }
+        p
+    }
+
+    /// The geometry picked over.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// Pieces verified so far.
+    pub fn had(&self) -> &Bitfield {
+        &self.had
+    }
+
+    /// Whether every wanted piece is verified.
+    pub fn is_complete(&self) -> bool {
+        self.state
+            .iter()
+            .all(|s| matches!(s, State::Had | State::Skipped))
+    }
+
+    /// Whether no free block is left (endgame duplicates allowed).
+    pub fn in_endgame(&self) -> bool {
+        self.free_blocks == 0 && !self.is_complete()
+    }
+
+    /// Bytes of wanted pieces not yet verified.
+    pub fn bytes_left(&self) -> u64 {
+        (0..self.geo.piece_count())
+            .filter(|&i| matches!(self.state[i as usize], State::Wanted | State::Partial))
+            .map(|i| u64::from(self.geo.piece_size(i)))
+            .sum()
+    }
+
+    /// How many peers have `piece`.
+    pub fn availability(&self, piece: u32) -> u32 {
+        self.avail.get(piece as usize).map_or(0, |a| a + self.seeds)
+    }
+
+    /// Switches between rarest-first and sequential.
+    pub fn set_order(&mut self, order: Order) {
+        self.order = order;
+    }
+
+    /// Marks `piece` verified (resume, or a hash check passed).
+    pub fn set_had(&mut self, piece: u32) {
+        let Some(st) = self.state.get(piece as usize).copied() else {
+            return;
+        };
+        match st {
+            State::Had => return,
+            State::Wanted => {
+                self.bucket_remove(piece);
+                self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
+            }
+            State::Partial => {
+                if let Some(p) = self.partial.remove(&piece) {
+                    self.free_blocks -= u64::from(p.free);
+                }
+            }
+            State::Skipped => {}
+        }
+        self.state[piece as usize] = State::Had;
+        self.had.set(piece);
+    }
+
+    /// Stops wanting `piece` (a deselected file). Had pieces stay had.
+    pub fn skip(&mut self, piece: u32) {
+        if self.state.get(piece as usize) == Some(&State::Wanted) {
+            self.bucket_remove(piece);
+            self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
+            self.state[piece as usize] = State::Skipped;
+        }
+    }
+
+    /// A peer announced one more piece.
+    pub fn peer_has(&mut self, piece: u32) {
+        if piece >= self.geo.piece_count() {
+            return;
+        }
+        let wanted = self.state[piece as usize] == State::Wanted;
+        if wanted {
+            self.bucket_remove(piece);
+        }
+        self.avail[piece as usize] += 1;
+        if wanted {
+            self.bucket_insert(piece);
+        }
+    }
+
+    /// A peer with a bitfield joined.
+    pub fn peer_joined(&mut self, has: PeerHas<'_>) {
+        match has {
+            PeerHas::All => self.seeds += 1,
+            PeerHas::Some(b) => {
+                for i in b.iter_ones() {
+                    self.peer_has(i);
+                }
+            }
+        }
+    }
+
+    /// A peer left; `has` is what it had.
+    pub fn peer_left(&mut self, has: PeerHas<'_>) {
+        match has {
+            PeerHas::All => self.seeds = self.seeds.saturating_sub(1),
+            PeerHas::Some(b) => {
+                for i in b.iter_ones() {
+                    if i >= self.geo.piece_count() || self.avail[i as usize] == 0 {
+                        continue;
+                    }
+                    let wanted = self.state[i as usize] == State::Wanted;
+                    if wanted {
+                        self.bucket_remove(i);
+                    }
+                    self.avail[i as usize] -= 1;
+                    if wanted {
+                        self.bucket_insert(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the peer has anything we still want.
+    pub fn is_interesting(&self, has: PeerHas<'_>) -> bool {
+        match has {
+            PeerHas::All => !self.is_complete(),
+            PeerHas::Some(b) => b.iter_ones().any(|i| {
+                matches!(
+                    self.state.get(i as usize),
+                    Some(State::Wanted | State::Partial)
+                )
+            }),
+        }
+    }
+
+    /// Picks up to `max` blocks to request from `peer`, marks them requested
+    /// by it, and appends them to `out`. Returns how many were picked.
+    pub fn pick(
+        &mut self,
+        peer: PeerKey,
+        has: PeerHas<'_>,
+        max: usize,
+        out: &mut Vec<BlockSpan>,
+    ) -> usize {
+        let start = out.len();
+        if max == 0 {
+            return 0;
+        }
+        // 1. Continue partial pieces.
+        let partial_keys: Vec<u32> = self
+            .partial
+            .iter()
+            .filter(|(i, p)| p.free > 0 && has.has(**i))
+            .map(|(i, _)| *i)
+            .collect();
+        for piece in partial_keys {
+            self.take_free(piece, peer, max - (out.len() - start), out);
+            if out.len() - start >= max {
+                return out.len() - start;
+            }
+        }
+        // 2. Start new pieces.
+        while out.len() - start < max {
+            let Some(piece) = self.next_new_piece(has) else {
+                break;
+            };
+            self.start_piece(piece);
+            self.take_free(piece, peer, max - (out.len() - start), out);
+        }
+        // 3. Endgame: duplicate blocks asked of exactly one other peer.
+        if out.len() - start < max && self.free_blocks == 0 {
+            self.pick_endgame(peer, has, max - (out.len() - start), out);
+        }
+        out.len() - start
+    }
+
+    /// A block arrived from `peer`.
+    pub fn received(&mut self, peer: PeerKey, piece: u32, begin: u32, len: u32) -> Received {
+        let Some(idx) = self.geo.block_index(piece, begin, len) else {
+            return Received::Unexpected;
+        };
+        match self.state.get(piece as usize) {
+            Some(State::Had) => return Received::Duplicate,
+            Some(State::Partial) => {}
+            // Data for a piece nobody asked for: accept it only if we want it
+            // (a peer may legitimately answer a request we since forgot).
+            Some(State::Wanted) => self.start_piece(piece),
+            _ => return Received::Unexpected,
+        }
+        let p = self
+            .partial
+            .get_mut(&piece)
+            .expect("partial state has an entry");
+        let b = &mut p.blocks[idx as usize];
+        let cancel = match *b {
+            Block::Received => return Received::Duplicate,
+            Block::Free => {
+                p.free -= 1;
+                self.free_blocks -= 1;
+                Vec::new()
+            }
+            Block::Requested(r) => r
+                .iter()
+                .copied()
+                .filter(|&k| k != NOBODY && k != peer)
+                .collect(),
+        };
+        *b = Block::Received;
+        p.received += 1;
+        let piece_complete = p.received as usize == p.blocks.len();
+        Received::New {
+            cancel,
+            piece_complete,
+        }
+    }
+
+    /// `peer` will not deliver this block (rejected, cancelled, timed out,
+    /// disconnected): it is free again unless someone else was asked too.
+    pub fn release(&mut self, peer: PeerKey, piece: u32, begin: u32) {
+        let Some(p) = self.partial.get_mut(&piece) else {
+            return;
+        };
+        let idx = (begin / self.geo.block_len()) as usize;
+        let Some(Block::Requested(r)) = p.blocks.get_mut(idx) else {
+            return;
+        };
+        for k in r.iter_mut() {
+            if *k == peer {
+                *k = NOBODY;
+            }
+        }
+        if r.iter().all(|&k| k == NOBODY) {
+            p.blocks[idx] = Block::Free;
+            p.free += 1;
+            self.free_blocks += 1;
+        }
+    }
+
+    /// The piece's hash matched: it is had.
+    pub fn piece_verified(&mut self, piece: u32) {
+        self.set_had(piece);
+    }
+
+    /// The piece's hash failed: every block is wanted again.
+    pub fn piece_failed(&mut self, piece: u32) {
+        if let Some(p) = self.partial.remove(&piece) {
+            self.free_blocks -= u64::from(p.free);
+            self.state[piece as usize] = State::Wanted;
+            self.free_blocks += u64::from(self.geo.blocks_in_piece(piece));
+            self.bucket_insert(piece);
+        }
+    }
+
+    /// Peers asked for `piece`'s outstanding blocks (for cancels and for
+    /// telling a peer what it was asked).
+    pub fn requesters(&self, piece: u32, begin: u32) -> Vec<PeerKey> {
+        let idx = (begin / self.geo.block_len()) as usize;
+        match self.partial.get(&piece).and_then(|p| p.blocks.get(idx)) {
+            Some(Block::Requested(r)) => r.iter().copied().filter(|&k| k != NOBODY).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn take_free(&mut self, piece: u32, peer: PeerKey, max: usize, out: &mut Vec<BlockSpan>) {
+        let geo = self.geo;
+        let Some(p) = self.partial.get_mut(&piece) else {
+            return;
+        };
+        let mut taken = 0;
+        for (i, b) in p.blocks.iter_mut().enumerate() {
+            if taken >= max || p.free == 0 {
+                break;
+            }
+            if *b == Block::Free {
+                let mut r = [NOBODY; MAX_REQUESTERS];
+                r[0] = peer;
+                *b = Block::Requested(r);
+                p.free -= 1;
+                taken += 1;
+                out.push(geo.block(piece, i as u32));
+            }
+        }
+        self.free_blocks -= taken as u64;
+    }
+
+    fn pick_endgame(
+        &mut self,
+        peer: PeerKey,
+        has: PeerHas<'_>,
+        max: usize,
+        out: &mut Vec<BlockSpan>,
+    ) {
+        let geo = self.geo;
+        let mut taken = 0;
+        for (&piece, p) in self.partial.iter_mut() {
+            if !has.has(piece) {
+                continue;
+            }
+            for (i, b) in p.blocks.iter_mut().enumerate() {
+                if taken >= max {
+                    return;
+                }
+                if let Block::Requested(r) = b {
+                    if r.contains(&peer) {
+                        continue;
+                    }
+                    if let Some(slot) = r.iter_mut().find(|k| **k == NOBODY) {
+                        *slot = peer;
+                        taken += 1;
+                        out.push(geo.block(piece, i as u32));
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_new_piece(&mut self, has: PeerHas<'_>) -> Option<u32> {
+        match self.order {
+            Order::Sequential => {
+                while (self.seq_cursor as usize) < self.state.len()
+                    && self.state[self.seq_cursor as usize] != State::Wanted
+                {
+                    self.seq_cursor += 1;
+                }
+                (self.seq_cursor..self.geo.piece_count())
+                    .find(|&i| self.state[i as usize] == State::Wanted && has.has(i))
+            }
+            Order::RarestFirst => self
+                .buckets
+                .iter()
+                .flat_map(|b| b.iter().copied())
+                .find(|&i| has.has(i)),
+        }
+    }
+
+    fn start_piece(&mut self, piece: u32) {
+        self.bucket_remove(piece);
+        self.state[piece as usize] = State::Partial;
+        let n = self.geo.blocks_in_piece(piece);
+        self.partial.insert(
+            piece,
+            Partial {
+                blocks: vec![Block::Free; n as usize],
+                free: n,
+                received: 0,
+            },
+        );
+    }
+
+    fn bucket_insert(&mut self, piece: u32) {
+        self.seq_cursor = self.seq_cursor.min(piece);
+        let a = self.avail[piece as usize] as usize;
+        if self.buckets.len() <= a {
+            self.buckets.resize_with(a + 1, Vec::new);
+        }
+        let bucket = &mut self.buckets[a];
+        bucket.push(piece);
+        let last = bucket.len() - 1;
+        let j = self.rng.usize(..=last);
+        bucket.swap(j, last);
+        self.pos[bucket[last] as usize] = last as u32;
+        self.pos[bucket[j] as usize] = j as u32;
+    }
+
+    fn bucket_remove(&mut self, piece: u32) {
+        let a = self.avail[piece as usize] as usize;
+        let bucket = &mut self.buckets[a];
+        let at = self.pos[piece as usize] as usize;
+        debug_assert_eq!(bucket.get(at), Some(&piece));
+        bucket.swap_remove(at);
+        if let Some(&moved) = bucket.get(at) {
+            self.pos[moved as usize] = at as u32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(pieces: u32, blocks: u32) -> Geometry {
+        Geometry::new(
+            u64::from(pieces) * u64::from(blocks) * 16_384,
+            blocks * 16_384,
+            16_384,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rarest_piece_first() {
+        let mut p = Picker::new(geo(8, 2), Order::RarestFirst, 7);
+        let mut common = Bitfield::new(8);
+        for i in 0..8 {
+            common.set(i);
+        }
+        let mut rare = Bitfield::new(8);
+        rare.set(5);
+        p.peer_joined(PeerHas::Some(&common));
+        p.peer_joined(PeerHas::Some(&common));
+        for i in 0..8 {
+            if i != 5 {
+                p.peer_has(i);
+            }
+        }
+        // Piece 5 is had by 2 peers, every other by 3: 5 goes first.
+        let mut out = Vec::new();
+        p.pick(1, PeerHas::Some(&common), 2, &mut out);
+        assert!(out.iter().all(|b| b.piece == 5), "{out:?}");
+    }
+
+    #[test]
+    fn ties_are_broken_randomly_but_reproducibly() {
+        let first = |seed| {
+            let mut p = Picker::new(geo(64, 1), Order::RarestFirst, seed);
+            p.peer_joined(PeerHas::All);
+            let mut out = Vec::new();
+            p.pick(0, PeerHas::All, 1, &mut out);
+            out[0].piece
+        };
+        assert_eq!(first(1), first(1));
+        let distinct: std::collections::BTreeSet<_> = (0..20).map(first).collect();
+        assert!(distinct.len() > 5, "{distinct:?}");
+    }
+
+    #[test]
+    fn sequential_order() {
+        let mut p = Picker::new(geo(4, 2), Order::Sequential, 0);
+        let mut out = Vec::new();
+        p.pick(0, PeerHas::All, 5, &mut out);
+        let got: Vec<_> = out.iter().map(|b| (b.piece, b.begin)).collect();
+        assert_eq!(got, [(0, 0), (0, 16_384), (1, 0), (1, 16_384), (2, 0)]);
+    }
+
+    #[test]
+    fn partial_pieces_are_continued_before_new_ones() {
+        let mut p = Picker::new(geo(4, 4), Order::Sequential, 0);
+        let mut out = Vec::new();
+        p.pick(0, PeerHas::All, 2, &mut out);
+        out.clear();
+        p.pick(1, PeerHas::All, 2, &mut out);
+        assert!(out.iter().all(|b| b.piece == 0), "{out:?}");
+    }
+
+    #[test]
+    fn endgame_duplicates_are_bounded_and_cancelled() {
+        let mut p = Picker::new(geo(1, 2), Order::RarestFirst, 0);
+        let mut out = Vec::new();
+        assert_eq!(p.pick(1, PeerHas::All, 10, &mut out), 2);
+        assert!(p.in_endgame());
+        out.clear();
+        assert_eq!(p.pick(2, PeerHas::All, 10, &mut out), 2);
+        out.clear();
+        // A third peer gets nothing: two requesters per block at most.
+        assert_eq!(p.pick(3, PeerHas::All, 10, &mut out), 0);
+        // Peer 2 delivers block 0 first: peer 1 must cancel it.
+        let r = p.received(2, 0, 0, 16_384);
+        assert_eq!(
+            r,
+            Received::New {
+                cancel: vec![1],
+                piece_complete: false
+            }
+        );
+        assert_eq!(p.received(1, 0, 0, 16_384), Received::Duplicate);
+        let r = p.received(1, 0, 16_384, 16_384);
+        assert!(matches!(
+            r,
+            Received::New {
+                piece_complete: true,
+                ..
+            }
+        ));
+        p.piece_verified(0);
+        assert!(p.is_complete());
+        assert_eq!(p.received(1, 0, 0, 16_384), Received::Duplicate);
+    }
+
+    #[test]
+    fn failed_piece_is_wanted_again_and_released_blocks_are_free() {
+        let mut p = Picker::new(geo(2, 2), Order::Sequential, 0);
+        let mut out = Vec::new();
+        p.pick(1, PeerHas::All, 4, &mut out);
+        p.release(1, 1, 0);
+        out.clear();
+        p.pick(2, PeerHas::All, 1, &mut out);
+        assert_eq!(
+            out,
+            vec![BlockSpan {
+                piece: 1,
+                begin: 0,
+                len: 16_384
+            }]
+        );
+        p.received(1, 0, 0, 16_384);
+        p.received(1, 0, 16_384, 16_384);
+        p.piece_failed(0);
+        assert!(!p.in_endgame());
+        out.clear();
+        p.pick(3, PeerHas::All, 2, &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|b| b.piece == 0));
+    }
+
+    #[test]
+    fn unexpected_blocks_are_refused() {
+        let mut p = Picker::new(geo(2, 2), Order::Sequential, 0);
+        assert_eq!(p.received(1, 9, 0, 16_384), Received::Unexpected);
+        assert_eq!(p.received(1, 0, 5, 16_384), Received::Unexpected);
+        assert_eq!(p.received(1, 0, 0, 100), Received::Unexpected);
+    }
+
+    proptest::proptest! {
+        /// Random swarm activity never loses or duplicates a block, and the
+        /// free-block count always matches the states.
+        #[test]
+        fn every_block_is_delivered_once(seed in 0u64..1000, ops in proptest::collection::vec((0u32..4, 0u8..3), 1..300)) {
+            let g = Geometry::new(10 * 3 * 16_384 + 777, 3 * 16_384, 16_384).unwrap();
+            let mut p = Picker::new(g, Order::RarestFirst, seed);
+            let mut outstanding: Vec<(u32, BlockSpan)> = Vec::new();
+            let mut delivered = std::collections::BTreeSet::new();
+            for (peer, op) in ops {
+                match op {
+                    0 => {
+                        let mut out = Vec::new();
+                        p.pick(peer, PeerHas::All, 3, &mut out);
+                        outstanding.extend(out.into_iter().map(|b| (peer, b)));
+                    }
+                    1 if !outstanding.is_empty() => {
+                        let (k, b) = outstanding.remove(0);
+                        if let Received::New { piece_complete, .. } = p.received(k, b.piece, b.begin, b.len) {
+                            proptest::prop_assert!(delivered.insert((b.piece, b.begin)));
+                            if piece_complete { p.piece_verified(b.piece); }
+                        }
+                    }
+                    _ if !outstanding.is_empty() => {
+                        let (k, b) = outstanding.pop().unwrap();
+                        p.release(k, b.piece, b.begin);
+                    }
+                    _ => {}
+                }
+                let free: u64 = (0..g.piece_count()).map(|i| match p.state[i as usize] {
+                    State::Wanted => u64::from(g.blocks_in_piece(i)),
+                    State::Partial => u64::from(p.partial[&i].free),
+                    _ => 0,
+                }).sum();
+                proptest::prop_assert_eq!(free, p.free_blocks);
+            }
+        }
+    }
+}

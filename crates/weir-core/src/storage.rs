@@ -1,1 +1,370 @@
-//! TODO
+//! The storage contract between protocol cores and the storage layer.
+//!
+//! A core never touches a file. It emits [`StorageOp`]s and receives
+//! [`StorageEvent`]s; the runtime executes the ops on worker threads against
+//! real files (`weir-runtime`), the simulator against memory (`weir-sim`).
+//!
+//! Downloaded data is handed over **in order within each piece**: a core
+//! buffers a block that arrives ahead of a gap until the gap is filled. That
+//! lets the storage layer hash each piece as it writes it ([`PieceVerifier`])
+//! and report the verdict when the last byte lands, without ever reading the
+//! piece back. A piece that fails is simply downloaded again over the same
+//! bytes; only pieces reported good are recorded as had.
+//!
+//! [`FileLayout`] maps a byte range of the transfer onto the files that hold
+//! it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use md4::Md4;
+use sha1::{Digest as _, Sha1};
+
+use crate::geometry::Geometry;
+
+/// A piece hash, in the algorithm its protocol uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Digest {
+    /// BitTorrent v1 pieces.
+    Sha1([u8; 20]),
+    /// eD2k parts.
+    Md4([u8; 16]),
+}
+
+/// An operation a protocol core asks the storage layer to perform.
+#[derive(Clone, Debug)]
+pub enum StorageOp {
+    /// Write `data` (contiguous) at offset `begin` of `piece`. For each
+    /// piece, writes come in order starting at 0 with no gaps; when the last
+    /// byte of the piece is written the storage layer answers
+    /// [`StorageEvent::PieceDone`].
+    Write {
+        /// Piece index.
+        piece: u32,
+        /// Offset inside the piece; equals the bytes already handed over.
+        begin: u32,
+        /// The bytes, as shared slices of the receive buffers.
+        data: Vec<Bytes>,
+    },
+    /// Forget what was handed over of `piece` so far (it will be started
+    /// again from offset 0).
+    Abandon {
+        /// Piece index.
+        piece: u32,
+    },
+    /// Read `len` bytes at `begin` of `piece` for an upload; answered by
+    /// [`StorageEvent::ReadDone`] with the same `id`.
+    Read {
+        /// The caller's token.
+        id: u64,
+        /// Piece index.
+        piece: u32,
+        /// Offset inside the piece.
+        begin: u32,
+        /// Bytes to read.
+        len: u32,
+    },
+    /// Hash `piece` from what is stored (resume and seeding checks);
+    /// answered by [`StorageEvent::PieceDone`].
+    Check {
+        /// Piece index.
+        piece: u32,
+    },
+}
+
+/// The storage layer's answer to a [`StorageOp`].
+#[derive(Clone, Debug)]
+pub enum StorageEvent {
+    /// A piece was completely written (or checked): whether its hash matched.
+    PieceDone {
+        /// Piece index.
+        piece: u32,
+        /// The digest matched the expected one.
+        ok: bool,
+    },
+    /// An upload read finished.
+    ReadDone {
+        /// The caller's token.
+        id: u64,
+        /// The bytes, or what went wrong.
+        data: Result<Bytes, String>,
+    },
+    /// A write failed: the transfer cannot continue (disk full, permissions).
+    Failed {
+        /// What went wrong, naming the file.
+        error: String,
+    },
+}
+
+/// One file of a transfer and where it sits in the transfer's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSpan {
+    /// Path relative to the transfer's root directory, already checked by
+    /// [`crate::safepath`].
+    pub path: PathBuf,
+    /// Offset of the file's first byte in the transfer.
+    pub offset: u64,
+    /// File length.
+    pub length: u64,
+}
+
+/// The files of a transfer, back to back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileLayout {
+    files: Vec<FileSpan>,
+    total: u64,
+}
+
+impl FileLayout {
+    /// Lays out `files` (relative path, length) in order.
+    pub fn new(files: impl IntoIterator<Item = (PathBuf, u64)>) -> Self {
+        let mut offset = 0;
+        let files = files
+            .into_iter()
+            .map(|(path, length)| {
+                let f = FileSpan {
+                    path,
+                    offset,
+                    length,
+                };
+                offset += length;
+                f
+            })
+            .collect();
+        Self {
+            files,
+            total: offset,
+        }
+    }
+
+    /// The files.
+    pub fn files(&self) -> &[FileSpan] {
+        &self.files
+    }
+
+    /// Total bytes.
+    pub fn total_len(&self) -> u64 {
+        self.total
+    }
+
+    /// The pieces (of a geometry) that overlap file `index`.
+    pub fn pieces_of_file(&self, index: usize, geo: &Geometry) -> std::ops::Range<u32> {
+        let f = &self.files[index];
+        if f.length == 0 || geo.piece_len() == 0 {
+            return 0..0;
+        }
+        let pl = u64::from(geo.piece_len());
+        let first = (f.offset / pl) as u32;
+        let last = ((f.offset + f.length - 1) / pl) as u32;
+        first..last + 1
+    }
+
+    /// Splits `offset..offset+len` of the transfer into
+    /// `(file index, offset in file, length)` runs, skipping empty files.
+    pub fn map(&self, offset: u64, len: u64) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        let end = offset.saturating_add(len).min(self.total);
+        // First file whose end is past `offset`.
+        let start = self
+            .files
+            .partition_point(|f| f.offset + f.length <= offset);
+        self.files[start..]
+            .iter()
+            .enumerate()
+            .map(move |(i, f)| (start + i, f))
+            .take_while(move |(_, f)| f.offset < end)
+            .filter(|(_, f)| f.length > 0)
+            .map(move |(i, f)| {
+                let from = offset.max(f.offset);
+                let to = end.min(f.offset + f.length);
+                (i, from - f.offset, to - from)
+            })
+    }
+}
+
+/// A write that broke the in-order contract.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("piece {piece}: write at {begin} but {expected} bytes were handed over so far")]
+pub struct OutOfOrder {
+    /// Piece index.
+    pub piece: u32,
+    /// Offset of the rejected write.
+    pub begin: u32,
+    /// Where the next write had to start.
+    pub expected: u32,
+}
+
+enum Hasher {
+    Sha1(Sha1),
+    Md4(Md4),
+}
+
+impl Hasher {
+    fn for_digest(d: &Digest) -> Self {
+        match d {
+            Digest::Sha1(_) => Hasher::Sha1(Sha1::new()),
+            Digest::Md4(_) => Hasher::Md4(Md4::new()),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Sha1(h) => h.update(data),
+            Hasher::Md4(h) => h.update(data),
+        }
+    }
+
+    fn matches(self, want: &Digest) -> bool {
+        match (self, want) {
+            (Hasher::Sha1(h), Digest::Sha1(w)) => h.finalize().as_slice() == w,
+            (Hasher::Md4(h), Digest::Md4(w)) => h.finalize().as_slice() == w,
+            _ => false,
+        }
+    }
+}
+
+/// Hashes each piece as its bytes are written, in order, and says whether
+/// it matched when the last byte arrives. One verifier holds the state of
+/// the pieces routed to it; a runtime with several workers gives each its
+/// own and routes every piece to one worker.
+pub struct PieceVerifier {
+    geo: Geometry,
+    expected: Arc<[Digest]>,
+    running: HashMap<u32, (Hasher, u32)>,
+}
+
+impl std::fmt::Debug for PieceVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PieceVerifier")
+            .field("pieces_in_progress", &self.running.len())
+            .finish()
+    }
+}
+
+impl PieceVerifier {
+    /// A verifier for `geo` whose piece `i` must hash to `expected[i]`.
+    pub fn new(geo: Geometry, expected: Arc<[Digest]>) -> Self {
+        Self {
+            geo,
+            expected,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Feeds the next bytes of `piece` starting at `begin`. Returns
+    /// `Ok(Some(ok))` when the piece is complete, `Ok(None)` while it is not.
+    pub fn write(
+        &mut self,
+        piece: u32,
+        begin: u32,
+        data: &[Bytes],
+    ) -> Result<Option<bool>, OutOfOrder> {
+        let want = self.expected.get(piece as usize).copied();
+        let (hasher, next) = self.running.entry(piece).or_insert_with(|| {
+            let h = want
+                .as_ref()
+                .map_or(Hasher::Sha1(Sha1::new()), Hasher::for_digest);
+            (h, 0)
+        });
+        if begin != *next {
+            let expected = *next;
+            if expected == 0 {
+                self.running.remove(&piece);
+            }
+            return Err(OutOfOrder {
+                piece,
+                begin,
+                expected,
+            });
+        }
+        for d in data {
+            hasher.update(d);
+            *next += d.len() as u32;
+        }
+        if *next < self.geo.piece_size(piece) {
+            return Ok(None);
+        }
+        let (hasher, len) = self.running.remove(&piece).expect("entry exists");
+        let ok = len == self.geo.piece_size(piece) && want.is_some_and(|w| hasher.matches(&w));
+        Ok(Some(ok))
+    }
+
+    /// Drops the running hash of `piece`.
+    pub fn abandon(&mut self, piece: u32) {
+        self.running.remove(&piece);
+    }
+
+    /// Hashes a whole piece read back from storage.
+    pub fn check(&self, piece: u32, data: &[u8]) -> bool {
+        let Some(want) = self.expected.get(piece as usize) else {
+            return false;
+        };
+        if data.len() != self.geo.piece_size(piece) as usize {
+            return false;
+        }
+        let mut h = Hasher::for_digest(want);
+        h.update(data);
+        h.matches(want)
+    }
+
+    /// The geometry verified.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_maps_ranges_across_files() {
+        let l = FileLayout::new([
+            (PathBuf::from("a"), 10),
+            (PathBuf::from("empty"), 0),
+            (PathBuf::from("b"), 5),
+            (PathBuf::from("c"), 20),
+        ]);
+        assert_eq!(l.total_len(), 35);
+        let runs: Vec<_> = l.map(8, 10).collect();
+        assert_eq!(runs, [(0, 8, 2), (2, 0, 5), (3, 0, 3)]);
+        assert_eq!(l.map(34, 10).collect::<Vec<_>>(), [(3, 19, 1)]);
+        assert_eq!(l.map(35, 10).count(), 0);
+        let g = Geometry::new(35, 16, 16).unwrap();
+        assert_eq!(l.pieces_of_file(3, &g), 0..3);
+        assert_eq!(l.pieces_of_file(1, &g), 0..0);
+    }
+
+    #[test]
+    fn verifier_hashes_in_order_and_reports_once() {
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
+        let geo = Geometry::new(data.len() as u64, 32_768, 16_384).unwrap();
+        let digests: Vec<Digest> = data
+            .chunks(32_768)
+            .map(|c| Digest::Sha1(Sha1::digest(c).into()))
+            .collect();
+        let mut v = PieceVerifier::new(geo, digests.into());
+        let b = Bytes::from(data.clone());
+        assert_eq!(v.write(0, 0, &[b.slice(0..16_384)]), Ok(None));
+        assert!(v.write(0, 0, &[b.slice(0..16_384)]).is_err());
+        assert_eq!(
+            v.write(0, 16_384, &[b.slice(16_384..32_768)]),
+            Ok(Some(true))
+        );
+        // Last, short piece; corrupted.
+        let mut bad = data[32_768..].to_vec();
+        bad[3] ^= 1;
+        assert_eq!(v.write(1, 0, &[Bytes::from(bad)]), Ok(Some(false)));
+        assert!(v.check(1, &data[32_768..]));
+        assert!(!v.check(1, &data[32_767..]));
+    }
+
+    #[test]
+    fn md4_parts() {
+        let geo = Geometry::new(3, 9_728_000, 184_320).unwrap();
+        let want = Digest::Md4(Md4::digest(b"abc").into());
+        let mut v = PieceVerifier::new(geo, vec![want].into());
+        assert_eq!(v.write(0, 0, &[Bytes::from_static(b"abc")]), Ok(Some(true)));
+    }
+}

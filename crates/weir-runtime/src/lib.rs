@@ -6,6 +6,7 @@
 //! Every socket is opened through [`net`], which enforces the
 //! [`weir_core::policy::NetPolicy`] allow-list.
 
+pub mod bandwidth;
 pub mod bt;
 pub mod ed2k;
 pub mod linkem;

@@ -1,0 +1,165 @@
+//! The state the torrent keeps about one peer connection.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use weir_core::bitfield::Bitfield;
+use weir_core::meter::TransferMeter;
+use weir_core::picker::PeerHas;
+use weir_core::pipeline::{Pipeline, PipelineConfig};
+
+use crate::wire::{self, BLOCK_LEN, BlockRef, Message};
+
+/// What a peer has told us it has.
+#[derive(Clone, Debug)]
+pub(crate) enum Has {
+    /// Nothing yet (no bitfield received, or have-none).
+    Nothing(Bitfield),
+    /// Some pieces.
+    Some(Bitfield),
+    /// Every piece (have-all, or a full bitfield).
+    All,
+}
+
+impl Has {
+    pub(crate) fn as_peer_has(&self) -> PeerHas<'_> {
+        match self {
+            Has::Nothing(b) | Has::Some(b) => PeerHas::Some(b),
+            Has::All => PeerHas::All,
+        }
+    }
+
+    pub(crate) fn is_seed(&self) -> bool {
+        matches!(self, Has::All)
+    }
+}
+
+/// One of our requests to the peer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outstanding {
+    pub(crate) len: u32,
+    pub(crate) sent_at: Instant,
+}
+
+/// One peer connection.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) fast: bool,
+    pub(crate) extended: bool,
+    pub(crate) client: Option<String>,
+    pub(crate) am_choking: bool,
+    pub(crate) am_interested: bool,
+    pub(crate) peer_choking: bool,
+    pub(crate) peer_interested: bool,
+    pub(crate) has: Has,
+    pub(crate) got_first_message: bool,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) down: TransferMeter,
+    pub(crate) up: TransferMeter,
+    /// Our requests in flight to the peer, by (piece, begin).
+    pub(crate) outstanding: HashMap<(u32, u32), Outstanding>,
+    /// The peer's requests waiting to be read from storage.
+    pub(crate) requests: VecDeque<BlockRef>,
+    /// Bytes of reads in flight plus bytes queued to the socket.
+    pub(crate) upload_queued: u64,
+    pub(crate) last_block_at: Instant,
+    pub(crate) last_recv_at: Instant,
+    pub(crate) last_send_at: Instant,
+    pub(crate) snubbed: bool,
+    pub(crate) strikes: u32,
+    pub(crate) unchoked_at: Option<Instant>,
+    pub(crate) optimistic: bool,
+    /// A Close was issued; ignore whatever else arrives.
+    pub(crate) closing: bool,
+    /// Control messages not yet handed to the runtime.
+    out: BytesMut,
+    /// Everything queued for the socket, in order, as runs of control
+    /// messages (payload 0) or of blocks (payload = data bytes).
+    units: Vec<(Vec<Bytes>, u64)>,
+}
+
+impl Peer {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        fast: bool,
+        extended: bool,
+        pieces: u32,
+        now: Instant,
+    ) -> Self {
+        Self {
+            addr,
+            fast,
+            extended,
+            client: None,
+            am_choking: true,
+            am_interested: false,
+            peer_choking: true,
+            peer_interested: false,
+            has: Has::Nothing(Bitfield::new(pieces)),
+            got_first_message: false,
+            pipeline: Pipeline::new(PipelineConfig::new(BLOCK_LEN)),
+            down: TransferMeter::new(now),
+            up: TransferMeter::new(now),
+            outstanding: HashMap::new(),
+            requests: VecDeque::new(),
+            upload_queued: 0,
+            last_block_at: now,
+            last_recv_at: now,
+            last_send_at: now,
+            snubbed: false,
+            strikes: 0,
+            unchoked_at: None,
+            optimistic: false,
+            closing: false,
+            out: BytesMut::with_capacity(256),
+            units: Vec::new(),
+        }
+    }
+
+    /// Queues a control message.
+    pub(crate) fn send(&mut self, msg: &Message, now: Instant) {
+        wire::encode(msg, &mut self.out);
+        self.last_send_at = now;
+    }
+
+    /// Queues a block: its 13-byte header and the shared payload, no copy.
+    pub(crate) fn send_block(&mut self, index: u32, begin: u32, data: Bytes, now: Instant) {
+        self.flush_control();
+        let header = Bytes::copy_from_slice(&wire::piece_header(index, begin, data.len() as u32));
+        let len = data.len() as u64;
+        match self.units.last_mut() {
+            Some((chunks, payload)) if *payload > 0 && *payload < BLOCK_RUN => {
+                chunks.push(header);
+                chunks.push(data);
+                *payload += len;
+            }
+            _ => self.units.push((vec![header, data], len)),
+        }
+        self.last_send_at = now;
+    }
+
+    fn flush_control(&mut self) {
+        if !self.out.is_empty() {
+            self.units.push((vec![self.out.split().freeze()], 0));
+        }
+    }
+
+    /// Whether anything waits to be handed to the runtime.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.units.is_empty()
+    }
+
+    /// Takes everything queued for the socket, as (chunks, payload bytes)
+    /// runs in order.
+    pub(crate) fn take_output(&mut self) -> Vec<(Vec<Bytes>, u64)> {
+        self.flush_control();
+        std::mem::take(&mut self.units)
+    }
+}
+
+/// Block messages are grouped into runs of about this much data: one run is
+/// what an upload cap charges before the run starts.
+const BLOCK_RUN: u64 = 256 * 1024;

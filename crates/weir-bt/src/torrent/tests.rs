@@ -1,0 +1,421 @@
+//! Torrents wired to each other in memory: whole transfers, bad data,
+//! hostile peers. (Timing behaviour is tested in `weir-sim`.)
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use sha1::{Digest as _, Sha1};
+use weir_core::bitfield::Bitfield;
+use weir_core::storage::{PieceVerifier, StorageEvent, StorageOp};
+
+use super::*;
+use crate::metainfo::{FileEntry, Info, Metainfo};
+use crate::wire::{self, Limits};
+
+const PIECE: u32 = 64 * 1024;
+
+fn meta(data: &[u8]) -> Metainfo {
+    Metainfo {
+        info_hash: [7; 20],
+        info: Info {
+            name: "t".into(),
+            piece_length: PIECE,
+            pieces: data
+                .chunks(PIECE as usize)
+                .map(|c| Sha1::digest(c).into())
+                .collect(),
+            files: vec![FileEntry {
+                path: vec!["t".into()],
+                length: data.len() as u64,
+            }],
+            private: false,
+            single_file: true,
+        },
+        announce: None,
+        announce_list: vec![],
+        comment: None,
+        created_by: None,
+        creation_date: None,
+    }
+}
+
+struct Node {
+    t: Torrent,
+    store: Vec<u8>,
+    verifier: PieceVerifier,
+    /// Flip this byte of everything this node uploads.
+    corrupt_uploads: bool,
+    /// conn -> (other node, other's conn id)
+    links: HashMap<ConnId, (usize, ConnId)>,
+    inbox: HashMap<ConnId, BytesMut>,
+    closed: Vec<(ConnId, String)>,
+    banned: Vec<SocketAddr>,
+    complete: bool,
+}
+
+struct Swarm {
+    nodes: Vec<Node>,
+    now: Instant,
+    data: Vec<u8>,
+}
+
+impl Swarm {
+    fn new(data: Vec<u8>) -> Self {
+        Self {
+            nodes: Vec::new(),
+            now: Instant::now(), // test-epoch
+            data,
+        }
+    }
+
+    fn add(&mut self, seed: bool) -> usize {
+        let m = meta(&self.data);
+        let n = m.info.piece_count();
+        let had = if seed {
+            Bitfield::full(n)
+        } else {
+            Bitfield::new(n)
+        };
+        let mut cfg = TorrentConfig::new([self.nodes.len() as u8; 20]);
+        cfg.seed = self.nodes.len() as u64;
+        let t = Torrent::new(&m, cfg, &had, &Bitfield::new(n));
+        let geo = *t.geometry();
+        self.nodes.push(Node {
+            t,
+            store: if seed {
+                self.data.clone()
+            } else {
+                vec![0; self.data.len()]
+            },
+            verifier: PieceVerifier::new(geo, Torrent::digests(&m)),
+            corrupt_uploads: false,
+            links: HashMap::new(),
+            inbox: HashMap::new(),
+            closed: Vec::new(),
+            banned: Vec::new(),
+            complete: seed,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn connect(&mut self, a: usize, b: usize) {
+        let ca = self.nodes[a].links.len() as ConnId + 1;
+        let cb = self.nodes[b].links.len() as ConnId + 1;
+        self.nodes[a].links.insert(ca, (b, cb));
+        self.nodes[b].links.insert(cb, (a, ca));
+        let ha = self.nodes[a].t.handshake();
+        let hb = self.nodes[b].t.handshake();
+        let addr = |i: usize| SocketAddr::from(([127, 0, 0, i as u8 + 1], 6881));
+        let now = self.now;
+        self.nodes[a].t.add_peer(ca, addr(b), &hb, now);
+        self.nodes[b].t.add_peer(cb, addr(a), &ha, now);
+    }
+
+    /// Runs until nothing moves; returns the number of rounds.
+    fn run(&mut self) -> usize {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            assert!(rounds < 100_000, "no quiescence");
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                moved |= self.step(i);
+            }
+            if !moved {
+                self.now += Duration::from_millis(300);
+                let now = self.now;
+                let mut any = false;
+                for n in &mut self.nodes {
+                    if n.t.poll_timeout().is_some_and(|t| t <= now) {
+                        n.t.handle_timeout(now);
+                        any = true;
+                    }
+                }
+                if !any || rounds > 50_000 {
+                    return rounds;
+                }
+                if self.nodes.iter().all(|n| n.complete) {
+                    return rounds;
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, i: usize) -> bool {
+        let now = self.now;
+        let mut moved = false;
+        let mut storage_done = VecDeque::new();
+        while let Some(ev) = self.nodes[i].t.poll_event() {
+            moved = true;
+            match ev {
+                Event::Send { conn, data, .. } => {
+                    let Some(&(j, cj)) = self.nodes[i].links.get(&conn) else {
+                        continue;
+                    };
+                    let buf = self.nodes[j].inbox.entry(cj).or_default();
+                    for d in data {
+                        buf.extend_from_slice(&d);
+                    }
+                    let n: usize = buf.len();
+                    self.nodes[i].t.on_sent(conn, n as u64, now);
+                }
+                Event::Storage(op) => storage_done.extend(self.storage(i, op)),
+                Event::Close { conn, reason } => {
+                    self.nodes[i].closed.push((conn, reason));
+                    if let Some((j, cj)) = self.nodes[i].links.remove(&conn) {
+                        self.nodes[j].links.remove(&cj);
+                        self.nodes[j].t.remove_peer(cj, now);
+                    }
+                    self.nodes[i].t.remove_peer(conn, now);
+                }
+                Event::Ban { addr, .. } => self.nodes[i].banned.push(addr),
+                Event::Complete => self.nodes[i].complete = true,
+                Event::PieceVerified(_) | Event::CheckDone => {}
+                Event::Fatal(e) => panic!("fatal: {e}"),
+            }
+        }
+        for ev in storage_done {
+            self.nodes[i].t.handle_storage(ev, now);
+        }
+        // Deliver what arrived.
+        let limits = Limits::new(self.nodes[i].t.geometry().piece_count());
+        let conns: Vec<ConnId> = self.nodes[i].inbox.keys().copied().collect();
+        for c in conns {
+            let mut buf = self.nodes[i].inbox.remove(&c).unwrap_or_default();
+            loop {
+                match wire::decode(&mut buf, &limits) {
+                    Ok(Some(m)) => {
+                        moved = true;
+                        self.nodes[i].t.handle_message(c, m, now);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.nodes[i].t.peer_error(c, e.to_string(), now);
+                        break;
+                    }
+                }
+            }
+            if !buf.is_empty() {
+                self.nodes[i].inbox.insert(c, buf);
+            }
+        }
+        moved
+    }
+
+    fn storage(&mut self, i: usize, op: StorageOp) -> Option<StorageEvent> {
+        let n = &mut self.nodes[i];
+        let geo = *n.t.geometry();
+        match op {
+            StorageOp::Write { piece, begin, data } => {
+                let mut at = (geo.piece_offset(piece) + u64::from(begin)) as usize;
+                for d in &data {
+                    n.store[at..at + d.len()].copy_from_slice(d);
+                    at += d.len();
+                }
+                let ok = n.verifier.write(piece, begin, &data).expect("in order")?;
+                Some(StorageEvent::PieceDone { piece, ok })
+            }
+            StorageOp::Abandon { piece } => {
+                n.verifier.abandon(piece);
+                None
+            }
+            StorageOp::Read {
+                id,
+                piece,
+                begin,
+                len,
+            } => {
+                let at = (geo.piece_offset(piece) + u64::from(begin)) as usize;
+                let mut v = n.store[at..at + len as usize].to_vec();
+                if n.corrupt_uploads {
+                    v[0] ^= 0x55;
+                }
+                Some(StorageEvent::ReadDone {
+                    id,
+                    data: Ok(Bytes::from(v)),
+                })
+            }
+            StorageOp::Check { piece } => {
+                let at = geo.piece_offset(piece) as usize;
+                let len = geo.piece_size(piece) as usize;
+                let ok = n.verifier.check(piece, &n.store[at..at + len]);
+                Some(StorageEvent::PieceDone { piece, ok })
+            }
+        }
+    }
+}
+
+fn payload(len: usize) -> Vec<u8> {
+    let mut x = 0x1234_5678_9abc_def0u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn leecher_downloads_everything_from_a_seed() {
+    let mut s = Swarm::new(payload(10 * PIECE as usize + 12_345));
+    let seed = s.add(true);
+    let leech = s.add(false);
+    s.connect(seed, leech);
+    s.run();
+    assert!(s.nodes[leech].complete);
+    assert!(s.nodes[leech].t.is_complete());
+    assert_eq!(s.nodes[leech].store, s.data);
+    let st = s.nodes[seed].t.stats(s.now);
+    assert_eq!(st.uploaded, s.data.len() as u64);
+    // Two seeds have nothing to say to each other.
+    assert!(
+        s.nodes[leech]
+            .closed
+            .iter()
+            .any(|(_, r)| r.contains("seed"))
+    );
+}
+
+#[test]
+fn three_leechers_share_and_finish() {
+    let mut s = Swarm::new(payload(24 * PIECE as usize));
+    let seed = s.add(true);
+    let l: Vec<usize> = (0..3).map(|_| s.add(false)).collect();
+    for &x in &l {
+        s.connect(seed, x);
+    }
+    s.connect(l[0], l[1]);
+    s.connect(l[1], l[2]);
+    s.connect(l[0], l[2]);
+    s.run();
+    for &x in &l {
+        assert!(s.nodes[x].complete, "leecher {x}");
+        assert_eq!(s.nodes[x].store, s.data);
+    }
+    // The leechers uploaded to each other too.
+    let shared: u64 = l.iter().map(|&x| s.nodes[x].t.stats(s.now).uploaded).sum();
+    assert!(shared > 0);
+}
+
+#[test]
+fn bad_data_is_fetched_again_and_its_sender_banned() {
+    let mut s = Swarm::new(payload(8 * PIECE as usize));
+    let liar = s.add(true);
+    s.nodes[liar].corrupt_uploads = true;
+    let honest = s.add(true);
+    let leech = s.add(false);
+    s.connect(liar, leech);
+    s.run();
+    // Only the liar: pieces fail, and after two strikes it is banned.
+    let st = s.nodes[leech].t.stats(s.now);
+    assert!(st.hash_failures >= 2, "{st:?}");
+    assert_eq!(st.banned, 1);
+    assert_eq!(
+        s.nodes[leech].banned,
+        vec![SocketAddr::from(([127, 0, 0, 1], 6881))]
+    );
+    assert!(!s.nodes[leech].complete);
+    // The honest seed then delivers every piece, the failed ones included.
+    s.connect(honest, leech);
+    s.run();
+    assert!(s.nodes[leech].complete);
+    assert_eq!(s.nodes[leech].store, s.data);
+}
+
+#[test]
+fn protocol_violations_disconnect_and_count() {
+    let data = payload(4 * PIECE as usize);
+    let cases: Vec<(&str, Vec<Message>)> = vec![
+        (
+            "bitfield after other messages",
+            vec![
+                Message::Interested,
+                Message::Bitfield(Bytes::from_static(&[0xf0])),
+            ],
+        ),
+        (
+            "unrequested block",
+            vec![Message::Piece {
+                index: 0,
+                begin: 3,
+                data: Bytes::from_static(b"xyz"),
+            }],
+        ),
+        (
+            "outside the piece",
+            vec![Message::Request(BlockRef {
+                index: 3,
+                begin: PIECE - 10,
+                length: 16_384,
+            })],
+        ),
+    ];
+    for (want, msgs) in cases {
+        let mut s = Swarm::new(data.clone());
+        let seed = s.add(true);
+        let leech = s.add(false);
+        s.connect(seed, leech);
+        let now = s.now;
+        for m in msgs {
+            s.nodes[seed].t.handle_message(1, m, now);
+        }
+        s.step(seed);
+        let st = s.nodes[seed].t.stats(now);
+        assert_eq!(st.protocol_errors, 1, "{want}");
+        assert!(
+            s.nodes[seed].closed.iter().any(|(_, r)| r.contains(want)),
+            "{want}: {:?}",
+            s.nodes[seed].closed
+        );
+    }
+}
+
+#[test]
+fn endgame_with_two_seeds_cancels_duplicates() {
+    let mut s = Swarm::new(payload(3 * PIECE as usize));
+    let a = s.add(true);
+    let b = s.add(true);
+    let leech = s.add(false);
+    s.connect(a, leech);
+    s.connect(b, leech);
+    s.run();
+    assert!(s.nodes[leech].complete);
+    assert_eq!(s.nodes[leech].store, s.data);
+}
+
+#[test]
+fn resume_and_check_start_from_what_is_stored() {
+    let data = payload(6 * PIECE as usize);
+    let m = meta(&data);
+    let n = m.info.piece_count();
+    let mut check = Bitfield::full(n);
+    check.clear(5);
+    let mut had = Bitfield::new(n);
+    had.set(0);
+    let mut t = Torrent::new(&m, TorrentConfig::new([1; 20]), &had, &check);
+    assert!(t.is_checking());
+    let mut checks = Vec::new();
+    while let Some(ev) = t.poll_event() {
+        if let Event::Storage(StorageOp::Check { piece }) = ev {
+            checks.push(piece);
+        }
+    }
+    // Piece 0 is known from resume; 5 is not to be checked.
+    assert_eq!(checks, [1, 2, 3, 4]);
+    let now = Instant::now(); // test-epoch
+    for p in checks {
+        t.handle_storage(
+            StorageEvent::PieceDone {
+                piece: p,
+                ok: p != 3,
+            },
+            now,
+        );
+    }
+    assert!(!t.is_checking());
+    assert_eq!(t.had().iter_ones().collect::<Vec<_>>(), [0, 1, 2, 4]);
+    assert!(std::iter::from_fn(|| t.poll_event()).any(|e| matches!(e, Event::CheckDone)));
+}

@@ -1,0 +1,232 @@
+//! The upload side of a torrent: choking, request queues, storage reads and
+//! sending blocks without copying them.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use weir_core::storage::StorageOp;
+
+use super::{CHOKE_ROUND, ConnId, Event, OPTIMISTIC_ROUNDS, Torrent};
+use crate::wire::{BlockRef, Message};
+
+/// A storage read serving one peer's adjacent requests.
+#[derive(Debug)]
+pub(super) struct Read {
+    pub(super) conn: ConnId,
+    piece: u32,
+    begin: u32,
+    blocks: Vec<BlockRef>,
+}
+
+impl Torrent {
+    pub(super) fn on_interested(&mut self, conn: ConnId, now: Instant) {
+        let unchoked = self
+            .peers
+            .values()
+            .filter(|p| !p.am_choking && !p.closing)
+            .count();
+        let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.am_choking && unchoked < self.cfg.upload_slots {
+            self.unchoke(conn, now);
+        }
+    }
+
+    fn unchoke(&mut self, conn: ConnId, now: Instant) {
+        let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.am_choking {
+            p.am_choking = false;
+            p.unchoked_at = Some(now);
+            p.send(&Message::Unchoke, now);
+            self.mark_dirty(conn);
+        }
+    }
+
+    fn choke(&mut self, conn: ConnId, now: Instant) {
+        let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.am_choking {
+            return;
+        }
+        p.am_choking = true;
+        p.optimistic = false;
+        p.send(&Message::Choke, now);
+        let queued: Vec<BlockRef> = p.requests.drain(..).collect();
+        if p.fast {
+            for r in &queued {
+                p.send(&Message::Reject(*r), now);
+            }
+        }
+        // Reads already in flight are dropped when they complete.
+        for r in self.reads.values_mut().filter(|r| r.conn == conn) {
+            if p.fast {
+                for b in &r.blocks {
+                    p.send(&Message::Reject(*b), now);
+                }
+            }
+            r.blocks.clear();
+        }
+        self.mark_dirty(conn);
+    }
+
+    pub(super) fn on_request(&mut self, conn: ConnId, r: BlockRef, now: Instant) {
+        if !self.geo.contains(r.index, r.begin, r.length) {
+            return self.fail(
+                conn,
+                format!(
+                    "request {}:{}+{} outside the piece",
+                    r.index, r.begin, r.length
+                ),
+            );
+        }
+        let have = self.picker.had().get(r.index);
+        let limit = self.cfg.max_peer_requests as usize;
+        let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.am_choking || !have || p.requests.len() >= limit {
+            if p.fast {
+                p.send(&Message::Reject(r), now);
+                self.mark_dirty(conn);
+            }
+            return;
+        }
+        p.requests.push_back(r);
+        self.serve(conn, now);
+    }
+
+    pub(super) fn on_cancel(&mut self, conn: ConnId, r: BlockRef) {
+        let Some(p) = self.peers.get_mut(&conn) else {
+            return;
+        };
+        if let Some(i) = p.requests.iter().position(|q| *q == r) {
+            p.requests.remove(i);
+            return;
+        }
+        for read in self.reads.values_mut().filter(|x| x.conn == conn) {
+            if let Some(i) = read.blocks.iter().position(|q| *q == r) {
+                read.blocks.remove(i);
+                p.upload_queued = p.upload_queued.saturating_sub(u64::from(r.length));
+                return;
+            }
+        }
+    }
+
+    /// Issues storage reads for the peer's queued requests while its
+    /// uploads in flight stay under the watermark. Adjacent requests of one
+    /// piece are read together.
+    pub(super) fn serve(&mut self, conn: ConnId, _now: Instant) {
+        let Some(p) = self.peers.get_mut(&conn) else {
+            return;
+        };
+        while p.upload_queued < self.cfg.upload_watermark && !p.am_choking && !p.closing {
+            let Some(first) = p.requests.pop_front() else {
+                break;
+            };
+            let mut blocks = vec![first];
+            let mut len = first.length;
+            while let Some(next) = p.requests.front() {
+                if next.index != first.index
+                    || next.begin != first.begin + len
+                    || len + next.length > self.cfg.max_read
+                {
+                    break;
+                }
+                len += next.length;
+                blocks.push(*next);
+                p.requests.pop_front();
+            }
+            let id = self.next_read;
+            self.next_read += 1;
+            p.upload_queued += u64::from(len);
+            self.reads.insert(
+                id,
+                Read {
+                    conn,
+                    piece: first.index,
+                    begin: first.begin,
+                    blocks,
+                },
+            );
+            self.events.push_back(Event::Storage(StorageOp::Read {
+                id,
+                piece: first.index,
+                begin: first.begin,
+                len,
+            }));
+        }
+    }
+
+    pub(super) fn on_read_done(&mut self, id: u64, data: Result<Bytes, String>, now: Instant) {
+        let Some(read) = self.reads.remove(&id) else {
+            return;
+        };
+        let conn = read.conn;
+        let Some(p) = self.peers.get_mut(&conn) else {
+            return;
+        };
+        let data = match data {
+            Ok(d) => d,
+            Err(e) => return self.close(conn, format!("cannot read piece {}: {e}", read.piece)),
+        };
+        for b in &read.blocks {
+            let at = (b.begin - read.begin) as usize;
+            let Some(slice) = data.get(at..at + b.length as usize) else {
+                continue;
+            };
+            // The one place every uploaded payload byte passes through.
+            p.up.record(now, u64::from(b.length));
+            self.stats.uploaded += u64::from(b.length);
+            p.send_block(b.index, b.begin, data.slice_ref(slice), now);
+        }
+        self.mark_dirty(conn);
+    }
+
+    /// Tit-for-tat: unchoke the peers that give us the most (or, when we
+    /// seed, take the most), plus one optimistic unchoke that rotates.
+    pub(super) fn choke_round(&mut self, now: Instant) {
+        self.choke_rounds += 1;
+        let seeding = self.picker.is_complete();
+        let mut ranked: Vec<(ConnId, f64)> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.peer_interested && !p.closing)
+            .map(|(c, p)| {
+                let rate = if seeding {
+                    p.up.recent_rate(now)
+                } else {
+                    p.down.recent_rate(now)
+                };
+                (*c, rate)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let regular = self.cfg.upload_slots.saturating_sub(1).max(1);
+        let keep: Vec<ConnId> = ranked.iter().take(regular).map(|(c, _)| *c).collect();
+        let rotate = self.choke_rounds % OPTIMISTIC_ROUNDS == 0;
+        let mut optimistic = self
+            .peers
+            .iter()
+            .find(|(_, p)| p.optimistic && p.peer_interested && !p.closing)
+            .map(|(c, _)| *c)
+            .filter(|c| !keep.contains(c) && !rotate);
+        if optimistic.is_none() {
+            let rest: Vec<ConnId> = ranked
+                .iter()
+                .map(|(c, _)| *c)
+                .filter(|c| !keep.contains(c))
+                .collect();
+            if !rest.is_empty() {
+                optimistic = Some(rest[self.rng.usize(..rest.len())]);
+            }
+        }
+        let conns: Vec<ConnId> = self.peers.keys().copied().collect();
+        for c in conns {
+            let unchoke = keep.contains(&c) || optimistic == Some(c);
+            if unchoke {
+                self.unchoke(c, now);
+                let p = self.peers.get_mut(&c).expect("listed");
+                p.optimistic = optimistic == Some(c);
+            } else {
+                self.choke(c, now);
+            }
+        }
+        let _ = CHOKE_ROUND;
+    }
+}

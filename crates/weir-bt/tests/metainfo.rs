@@ -1,0 +1,366 @@
+//! Metainfo parsing: good torrents of every shape, and one test per kind of
+//! malformed torrent.
+
+use sha1::{Digest, Sha1};
+use weir_bencode::OwnedValue as V;
+use weir_bt::metainfo::{Metainfo, MetainfoError};
+
+fn b(s: impl AsRef<[u8]>) -> V {
+    V::bytes(s)
+}
+
+fn pieces(n: usize) -> V {
+    V::Bytes((0..n * 20).map(|i| i as u8).collect())
+}
+
+fn single(len: i64, pl: i64, n: usize) -> V {
+    let mut info = V::dict();
+    info.insert("name", b("file.bin"))
+        .insert("length", V::Int(len))
+        .insert("piece length", V::Int(pl))
+        .insert("pieces", pieces(n));
+    info
+}
+
+fn file(path: &[&str], len: i64) -> V {
+    let mut f = V::dict();
+    f.insert("length", V::Int(len))
+        .insert("path", V::List(path.iter().map(b).collect()));
+    f
+}
+
+fn multi(files: Vec<V>, pl: i64, n: usize) -> V {
+    let mut info = V::dict();
+    info.insert("name", b("dir"))
+        .insert("files", V::List(files))
+        .insert("piece length", V::Int(pl))
+        .insert("pieces", pieces(n));
+    info
+}
+
+fn torrent(info: V) -> Vec<u8> {
+    let mut t = V::dict();
+    t.insert("announce", b("http://127.0.0.1:6969/announce"))
+        .insert("info", info);
+    t.to_vec()
+}
+
+fn err(data: &[u8]) -> MetainfoError {
+    Metainfo::from_bytes(data).unwrap_err()
+}
+
+#[test]
+fn single_file_with_short_last_piece() {
+    let data = torrent(single(100_000, 32768, 4));
+    let m = Metainfo::from_bytes(&data).unwrap();
+    assert!(m.info.single_file);
+    assert_eq!(m.info.name, "file.bin");
+    assert_eq!(m.info.files.len(), 1);
+    assert_eq!(m.info.files[0].path, ["file.bin"]);
+    assert_eq!(m.total_length(), 100_000);
+    assert_eq!(m.info.piece_count(), 4);
+    assert_eq!(m.info.piece_len(3), 100_000 - 3 * 32768);
+    assert_eq!(m.info.piece_len(4), 0);
+    assert_eq!(
+        m.announce.as_deref(),
+        Some("http://127.0.0.1:6969/announce")
+    );
+    assert_eq!(m.trackers(), [["http://127.0.0.1:6969/announce"]]);
+    assert!(!m.info.private);
+}
+
+#[test]
+fn info_hash_is_sha1_of_info_bytes_as_received() {
+    let info = single(16384, 16384, 1);
+    let info_bytes = info.to_vec();
+    let data = torrent(info);
+    let m = Metainfo::from_bytes(&data).unwrap();
+    let want: [u8; 20] = Sha1::digest(&info_bytes).into();
+    assert_eq!(m.info_hash, want);
+    // The span is located in the file, not re-encoded: check by position.
+    let at = data
+        .windows(info_bytes.len())
+        .position(|w| w == info_bytes)
+        .unwrap();
+    assert!(at > 0);
+}
+
+#[test]
+fn multi_file_nested_zero_length_and_metadata() {
+    let info = multi(
+        vec![
+            file(&["a", "b", "c.txt"], 5),
+            file(&["empty"], 0),
+            file(&["a", "d.bin"], 40_000),
+        ],
+        16384,
+        3,
+    );
+    let mut info = info;
+    info.insert("private", V::Int(1));
+    let mut t = V::dict();
+    t.insert("info", info)
+        .insert(
+            "announce-list",
+            V::List(vec![
+                V::List(vec![b("http://a/ann"), b("udp://b:1")]),
+                V::List(vec![]),
+                V::List(vec![b("http://c/ann")]),
+            ]),
+        )
+        .insert("comment", b("hello"))
+        .insert("created by", b("weir"))
+        .insert("creation date", V::Int(1_700_000_000));
+    let m = Metainfo::from_bytes(&t.to_vec()).unwrap();
+    assert!(!m.info.single_file);
+    assert!(m.info.private);
+    assert_eq!(m.info.name, "dir");
+    let paths: Vec<_> = m.info.files.iter().map(|f| f.path.join("/")).collect();
+    assert_eq!(paths, ["a/b/c.txt", "empty", "a/d.bin"]);
+    assert_eq!(m.info.files[1].length, 0);
+    assert_eq!(m.total_length(), 40_005);
+    assert_eq!(
+        m.announce_list,
+        vec![vec!["http://a/ann", "udp://b:1"], vec!["http://c/ann"]]
+    );
+    assert_eq!(m.trackers(), m.announce_list);
+    assert_eq!(m.announce, None);
+    assert_eq!(m.comment.as_deref(), Some("hello"));
+    assert_eq!(m.created_by.as_deref(), Some("weir"));
+    assert_eq!(m.creation_date, Some(1_700_000_000));
+}
+
+#[test]
+fn utf8_keys_are_preferred_and_legacy_bytes_are_lossy() {
+    let mut info = multi(vec![file(&["x"], 1)], 16384, 1);
+    info.insert("name", V::Bytes(vec![b'n', 0xff, b'm']));
+    let m = Metainfo::from_bytes(&torrent(info.clone())).unwrap();
+    assert_eq!(m.info.name, "n\u{fffd}m");
+    info.insert("name.utf-8", b("näme"));
+    let mut f = file(&["legacy"], 1);
+    f.insert("path.utf-8", V::List(vec![b("ünï")]));
+    info.insert("files", V::List(vec![f]));
+    let m = Metainfo::from_bytes(&torrent(info)).unwrap();
+    assert_eq!(m.info.name, "näme");
+    assert_eq!(m.info.files[0].path, ["ünï"]);
+}
+
+#[test]
+fn piece_lengths_accepted_and_rejected() {
+    for pl in [16384i64, 1 << 20, 16 << 20, 3 * 16384 + 7] {
+        let len = pl * 3 + 1;
+        assert!(
+            Metainfo::from_bytes(&torrent(single(len, pl, 4))).is_ok(),
+            "{pl}"
+        );
+    }
+    assert!(matches!(
+        err(&torrent(single(10, 0, 1))),
+        MetainfoError::BadPieceLength(0)
+    ));
+    assert!(matches!(
+        err(&torrent(single(10, -16384, 1))),
+        MetainfoError::BadPieceLength(-16384)
+    ));
+    assert!(matches!(
+        err(&torrent(single(1 << 28, 128 << 20, 2))),
+        MetainfoError::BadPieceLength(_)
+    ));
+}
+
+#[test]
+fn pieces_must_match_the_length() {
+    let mut info = single(100, 16384, 1);
+    info.insert("pieces", V::Bytes(vec![0; 21]));
+    assert!(matches!(
+        err(&torrent(info)),
+        MetainfoError::BadPiecesLength(21)
+    ));
+    let e = err(&torrent(single(100_000, 16384, 6)));
+    assert!(
+        matches!(
+            e,
+            MetainfoError::PieceCount {
+                expected: 7,
+                found: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("6 hashes"), "{e}");
+    assert!(matches!(
+        err(&torrent(single(16384, 16384, 2))),
+        MetainfoError::PieceCount {
+            expected: 1,
+            found: 2,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn missing_and_wrong_keys() {
+    let e = err(&V::dict().to_vec());
+    assert_eq!(e.to_string(), "missing key `info`");
+    let mut info = single(10, 16384, 1);
+    if let V::Dict(d) = &mut info {
+        d.remove(b"name".as_slice());
+    }
+    assert_eq!(err(&torrent(info)).to_string(), "missing key `info.name`");
+    let mut info = single(10, 16384, 1);
+    info.insert("length", b("ten"));
+    assert_eq!(
+        err(&torrent(info)).to_string(),
+        "`info.length`: expected integer, found byte string"
+    );
+    let mut info = multi(vec![file(&["a"], 1)], 16384, 1);
+    info.insert("files", V::List(vec![file(&["a"], 1), V::Int(3)]));
+    let e = err(&torrent(info));
+    assert!(
+        matches!(&e, MetainfoError::WrongType { key, .. } if key == "info.files[1]"),
+        "{e}"
+    );
+    let mut info = single(10, 16384, 1);
+    info.insert("files", V::List(vec![file(&["a"], 1)]));
+    assert!(matches!(
+        err(&torrent(info)),
+        MetainfoError::BadValue { .. }
+    ));
+    let mut t = V::dict();
+    t.insert("info", single(10, 16384, 1))
+        .insert("announce-list", b("http://x"));
+    assert!(matches!(err(&t.to_vec()), MetainfoError::WrongType { .. }));
+    let mut info = single(10, 16384, 1);
+    info.insert("private", V::Int(2));
+    assert!(matches!(
+        err(&torrent(info)),
+        MetainfoError::BadValue { .. }
+    ));
+    let mut info = single(-1, 16384, 1);
+    info.insert("length", V::Int(-1));
+    let e = err(&torrent(info));
+    assert!(e.to_string().contains("negative length -1"), "{e}");
+    let mut info = multi(vec![], 16384, 0);
+    info.insert("files", V::List(vec![]));
+    assert!(matches!(
+        err(&torrent(info)),
+        MetainfoError::BadValue { .. }
+    ));
+    assert!(matches!(
+        err(&torrent(single(0, 16384, 0))),
+        MetainfoError::Empty
+    ));
+}
+
+#[test]
+fn v2_only_is_refused() {
+    let mut info = V::dict();
+    info.insert("name", b("x"))
+        .insert("piece length", V::Int(16384))
+        .insert("file tree", V::dict())
+        .insert("meta version", V::Int(2));
+    assert!(matches!(err(&torrent(info)), MetainfoError::V2Only));
+}
+
+#[test]
+fn bencode_errors_carry_the_offset() {
+    let mut data = torrent(single(10, 16384, 1));
+    data.push(b'x');
+    let e = err(&data);
+    assert!(matches!(e, MetainfoError::Bencode(_)));
+    assert!(
+        e.to_string().contains(&format!("byte {}", data.len() - 1)),
+        "{e}"
+    );
+    let e = err(b"d4:infoi1e");
+    assert!(e.to_string().contains("bencode error at byte 10"), "{e}");
+    let e = err(b"i1e");
+    assert!(e.to_string().contains("(top level)"), "{e}");
+}
+
+#[test]
+fn path_escapes_are_refused_with_the_path_and_rule() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["..", "etc", "passwd"], "`.` or `..` component"),
+        (&["a", "..", "..", "x"], "`.` or `..` component"),
+        (&["/etc/passwd"], "path separator inside a component"),
+        (&["a/b"], "path separator inside a component"),
+        (&["a\\b"], "path separator inside a component"),
+        (&["nul\0byte"], "contains a NUL byte"),
+        (&["a", ""], "empty path component"),
+        (&["."], "`.` or `..` component"),
+    ];
+    for (path, reason) in cases {
+        let e = err(&torrent(multi(vec![file(path, 1)], 16384, 1)));
+        match &e {
+            MetainfoError::UnsafePath {
+                key,
+                path: p,
+                reason: r,
+            } => {
+                assert_eq!(key, "info.files[0].path");
+                assert_eq!(p, &path.join("/"));
+                assert_eq!(r, reason);
+            }
+            other => panic!("{path:?}: {other}"),
+        }
+        assert!(e.to_string().contains("unsafe path"), "{e}");
+    }
+    let e = err(&torrent(multi(vec![file(&[], 1)], 16384, 1)));
+    assert!(
+        matches!(
+            e,
+            MetainfoError::UnsafePath {
+                reason: "empty path",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    for name in ["..", "/", "a/b", ""] {
+        let mut info = single(10, 16384, 1);
+        info.insert("name", b(name));
+        let e = err(&torrent(info));
+        assert!(
+            matches!(&e, MetainfoError::UnsafePath { key, .. } if key == "info.name"),
+            "{name:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn conflicting_paths_are_refused() {
+    for files in [
+        vec![file(&["a"], 1), file(&["a"], 2)],
+        vec![file(&["a"], 1), file(&["a", "b"], 2)],
+        vec![file(&["a", "b"], 1), file(&["a"], 2)],
+    ] {
+        let e = err(&torrent(multi(files, 16384, 1)));
+        assert!(matches!(e, MetainfoError::ConflictingPaths(_)), "{e}");
+    }
+}
+
+#[test]
+fn unsorted_keys_are_malformed() {
+    // Strict bencode: a torrent with keys out of order is rejected, with
+    // the offset of the offending key.
+    let data = b"d4:infod4:name1:x6:lengthi1eee";
+    let e = err(data);
+    assert!(e.to_string().contains("not in sorted order"), "{e}");
+}
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+        let _ = Metainfo::from_bytes(&data);
+    }
+
+    #[test]
+    fn mutated_torrents_never_panic(idx in 0usize..200, byte in proptest::prelude::any::<u8>()) {
+        let mut data = torrent(multi(vec![file(&["a", "b"], 70000), file(&["c"], 3)], 32768, 3));
+        let i = idx % data.len();
+        data[i] = byte;
+        let _ = Metainfo::from_bytes(&data);
+    }
+}

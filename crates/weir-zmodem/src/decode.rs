@@ -206,7 +206,16 @@ impl Decoder {
         let mut i = 0;
         while i < input.len() {
             if self.state == State::Data && !self.zdle {
-                // Fast path: copy the run of plain data bytes.
+                // Fast path: whole blocks of data and simple escapes.
+                let room = self.max_subpacket - self.sub_len;
+                let (used, made) = self.table.unescape_blocks(&input[i..], out, room);
+                if used > 0 {
+                    i += used;
+                    self.sub_len += made;
+                    self.cans = 0;
+                    continue;
+                }
+                // Medium path: copy the run of plain data bytes.
                 let run = self.table.data_run(&input[i..]);
                 if run > 0 {
                     let room = self.max_subpacket - self.sub_len;

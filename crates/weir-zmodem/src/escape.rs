@@ -20,7 +20,10 @@
 //! always data; of the others ZDLE starts an escape, raw XON/XOFF (and, in
 //! ESCCTL mode, every raw control byte) are line noise and dropped.
 
+use bytes::BytesMut;
+
 use crate::consts::{XOFF, XON, ZDLE};
+use crate::scan::{Set, copy64, mask64};
 
 const RAW: u8 = 0;
 const ALWAYS: u8 = 1;
@@ -77,7 +80,69 @@ impl Escaper {
     }
 
     /// Appends `data`, escaped, to `out`.
+    ///
+    /// Blocks of 64 bytes are scanned with [`crate::scan::mask64`]; between
+    /// candidates whole 64-byte windows are copied (the output is sized
+    /// ahead, with slack) and only the cursor moves, so a run costs one
+    /// fixed-size copy. The last 128 bytes go through the scalar path.
     pub fn escape_into(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        let n = data.len();
+        let mut i = 0;
+        if n >= 128 {
+            let set = if self.escape_ctl {
+                Set::Ctl
+            } else {
+                Set::TxStd
+            };
+            let mut j = out.len();
+            // Expected growth is small (1/26 of random bytes are escaped,
+            // 1/4 under ESCCTL); the loop grows the buffer when needed.
+            out.resize(j + n + n / 4 + 256, 0);
+            while i + 128 <= n {
+                if j + 192 > out.len() {
+                    let grow = out.len() + (n - i) + 256;
+                    out.resize(grow, 0);
+                }
+                let block: &[u8; 64] = data[i..i + 64].try_into().expect("64-byte block");
+                let mut m = mask64(block, set);
+                let mut p = 0;
+                while m != 0 {
+                    let k = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    copy64(&mut out[j..], &data[i + p..]);
+                    j += k - p;
+                    let c = block[k];
+                    let prev = if k > 0 { block[k - 1] } else { self.last };
+                    let cls = self.table[usize::from(c)];
+                    if cls == ALWAYS || (cls == AFTER_AT && prev & 0x7f == b'@') {
+                        out[j] = ZDLE;
+                        out[j + 1] = c ^ 0x40;
+                        j += 2;
+                    } else {
+                        out[j] = c;
+                        j += 1;
+                    }
+                    p = k + 1;
+                }
+                copy64(&mut out[j..], &data[i + p..]);
+                j += 64 - p;
+                i += 64;
+                // In normal mode `@` and its high form are never escaped, so
+                // the raw byte is what the `@ CR` rule needs to see.
+                let c = block[63];
+                self.last = if self.table[usize::from(c)] == ALWAYS {
+                    c ^ 0x40
+                } else {
+                    c
+                };
+            }
+            out.truncate(j);
+        }
+        self.escape_scalar(&data[i..], out);
+    }
+
+    /// The byte-run path for short spans and block tails.
+    fn escape_scalar(&mut self, data: &[u8], out: &mut Vec<u8>) {
         out.reserve(data.len() + data.len() / 16 + 8);
         let table = &self.table;
         let mut rest = data;
@@ -181,6 +246,70 @@ impl UnescapeTable {
         self.class[usize::from(b)]
     }
 
+    /// Unescapes data from `input` into `out` a 64-byte block at a time:
+    /// plain bytes, simple escapes (ZDLE + a byte with bit 0x40 set) and
+    /// dropped noise bytes. Stops before anything else (a frame end, CAN, a
+    /// ZRUB, noise after ZDLE), within the last 128 bytes of `input`, or
+    /// before producing more than `room` bytes. Returns (consumed, produced).
+    pub fn unescape_blocks(&self, input: &[u8], out: &mut BytesMut, room: usize) -> (usize, usize) {
+        let n = input.len();
+        if n < 128 || room < 64 {
+            return (0, 0);
+        }
+        let set = if self.escape_ctl {
+            Set::Ctl
+        } else {
+            Set::RxStd
+        };
+        let base = out.len();
+        // Output never exceeds input. The buffer grows a step at a time (a
+        // frame end may come soon), keeping 64 bytes of slack for the
+        // window copies.
+        const STEP: usize = 8 * 1024;
+        let limit = n.min(room);
+        out.resize(base + limit.min(STEP) + 64, 0);
+        let mut i = 0;
+        let mut j = 0;
+        'blocks: while i + 128 <= n && j + 64 <= limit {
+            if base + j + 128 > out.len() {
+                let grow = (out.len() + STEP).min(base + limit + 64);
+                out.resize(grow, 0);
+            }
+            let buf = &mut out[base..];
+            let block: &[u8; 64] = input[i..i + 64].try_into().expect("64-byte block");
+            let mut m = mask64(block, set);
+            let mut p = 0;
+            while m != 0 {
+                let k = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if k < p {
+                    continue;
+                }
+                copy64(&mut buf[j..], &input[i + p..]);
+                j += k - p;
+                if block[k] == ZDLE {
+                    let e = input[i + k + 1];
+                    if e & 0x60 != 0x40 {
+                        i += k;
+                        break 'blocks;
+                    }
+                    buf[j] = e ^ 0x40;
+                    j += 1;
+                    p = k + 2;
+                } else {
+                    p = k + 1;
+                }
+            }
+            if p < 64 {
+                copy64(&mut buf[j..], &input[i + p..]);
+                j += 64 - p;
+            }
+            i += p.max(64);
+        }
+        out.truncate(base + j);
+        (i, j)
+    }
+
     /// Length of the leading run of plain data bytes in `data`.
     #[inline]
     pub fn data_run(&self, data: &[u8]) -> usize {
@@ -231,6 +360,24 @@ mod tests {
         }
         for b in (0x20u8..0x80).chain(0xa0..=0xff) {
             assert_eq!(esc(&[b], true), vec![b], "{b:#x}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn block_path_matches_byte_path(data in proptest::collection::vec(
+                proptest::prop_oneof![proptest::num::u8::ANY, proptest::sample::select(vec![0x0du8, 0x8d, b'@', 0xc0, 0x18, 0x11, 0x91, 0x12])],
+                0..1500),
+                ctl in proptest::bool::ANY, last in proptest::num::u8::ANY) {
+            let mut fast = Escaper::new(ctl);
+            fast.last = last;
+            let mut slow = fast.clone();
+            let mut a = b"prefix".to_vec();
+            let mut b = a.clone();
+            fast.escape_into(&data, &mut a);
+            slow.escape_scalar(&data, &mut b);
+            proptest::prop_assert_eq!(a, b);
+            proptest::prop_assert_eq!(fast.last & 0x7f == b'@', slow.last & 0x7f == b'@');
         }
     }
 

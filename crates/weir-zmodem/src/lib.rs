@@ -22,6 +22,7 @@ pub mod escape;
 pub mod fileinfo;
 pub mod frame;
 pub mod receiver;
+mod scan;
 pub mod sender;
 
 pub use fileinfo::FileInfo;

@@ -222,7 +222,14 @@ pub(crate) async fn writer(
                 adv = 0;
             }
         }
-        if tx.send(Msg::Sent { conn, bytes: n as u64 }).await.is_err() {
+        if tx
+            .send(Msg::Sent {
+                conn,
+                bytes: n as u64,
+            })
+            .await
+            .is_err()
+        {
             return;
         }
     }

@@ -227,7 +227,10 @@ pub(crate) enum Msg {
 pub fn layout(meta: &Metainfo, out_dir: &std::path::Path) -> (PathBuf, FileLayout) {
     if meta.info.single_file {
         let f = &meta.info.files[0];
-        (out_dir.to_path_buf(), FileLayout::new([(PathBuf::from(&meta.info.name), f.length)]))
+        (
+            out_dir.to_path_buf(),
+            FileLayout::new([(PathBuf::from(&meta.info.name), f.length)]),
+        )
     } else {
         let root = out_dir.join(&meta.info.name);
         let files = meta
@@ -250,10 +253,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     )
     .map_err(|e| BtError::Storage(e.to_string()))?;
     let n = geometry.piece_count();
-    let journal = cfg.out_dir.join(format!(
-        ".weir-resume-{}",
-        hex16(&meta.info_hash)
-    ));
+    let journal = cfg
+        .out_dir
+        .join(format!(".weir-resume-{}", hex16(&meta.info_hash)));
     // What is on disk already: trust the resume journal; without one, hash
     // whatever files pre-exist.
     let existed: Vec<bool> = files
@@ -555,7 +557,13 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(conn::writer(conn, wr, wrx, self.cfg.up.clone(), self.tx.clone()));
+        tokio::spawn(conn::writer(
+            conn,
+            wr,
+            wrx,
+            self.cfg.up.clone(),
+            self.tx.clone(),
+        ));
         self.conns.insert(
             conn,
             ConnState {
@@ -565,7 +573,10 @@ impl Driver {
                 reader,
             },
         );
-        tracing::debug!("peer {addr} connected ({})", String::from_utf8_lossy(&theirs.peer_id[..8]));
+        tracing::debug!(
+            "peer {addr} connected ({})",
+            String::from_utf8_lossy(&theirs.peer_id[..8])
+        );
         self.torrent.add_peer(conn, addr, &theirs, now);
     }
 
@@ -624,7 +635,10 @@ impl Driver {
 
     fn add_known(&mut self, addr: SocketAddr) {
         if !self.cfg.policy.allows(addr.ip()) {
-            tracing::warn!("peer {addr} ignored: outside network policy {}", self.cfg.policy);
+            tracing::warn!(
+                "peer {addr} ignored: outside network policy {}",
+                self.cfg.policy
+            );
             return;
         }
         self.known.entry(addr).or_insert(Known {
@@ -656,7 +670,12 @@ impl Driver {
             }
             k.dialing = true;
             room -= 1;
-            tokio::spawn(conn::dial(self.cfg.policy.clone(), *addr, ours, self.tx.clone()));
+            tokio::spawn(conn::dial(
+                self.cfg.policy.clone(),
+                *addr,
+                ours,
+                self.tx.clone(),
+            ));
         }
     }
 

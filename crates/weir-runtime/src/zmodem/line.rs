@@ -1,15 +1,17 @@
 //! The line a ZMODEM session runs over: stdin/stdout (a terminal, pipes, a
 //! socketpair or a TCP socket handed over by a parent), or a TCP connection
-//! weir opens itself. Input is read by a thread in large chunks and handed
-//! to the driver through a channel, so the driver can wait for input and
-//! for its protocol timer at once, and never reads a byte at a time.
+//! weir opens itself.
+//!
+//! One thread drives a session. It waits for the line with `poll(2)` and
+//! the protocol core's next timer as the timeout, reads 256 KiB at a time,
+//! and checks for input without blocking between writes, so a ZRPOS is seen
+//! after at most one write. No second thread, no channel, no wake-up per
+//! chunk.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::thread;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use weir_core::policy::NetPolicy;
@@ -19,7 +21,7 @@ pub(crate) const READ_CHUNK: usize = 256 * 1024;
 
 /// One end of a ZMODEM session: where bytes come from and go to.
 pub struct Line {
-    input: Box<dyn Read + Send>,
+    input: File,
     output: File,
 }
 
@@ -28,16 +30,13 @@ impl Line {
     pub fn stdio() -> io::Result<Line> {
         let input = File::from(io::stdin().as_fd().try_clone_to_owned()?);
         let output = File::from(io::stdout().as_fd().try_clone_to_owned()?);
-        Ok(Line {
-            input: Box::new(input),
-            output,
-        })
+        Ok(Line { input, output })
     }
 
     /// Any pair of file descriptors (pipes, socketpair ends, a socket twice).
     pub fn from_fds(input: OwnedFd, output: OwnedFd) -> Line {
         Line {
-            input: Box::new(File::from(input)),
+            input: File::from(input),
             output: File::from(output),
         }
     }
@@ -47,7 +46,7 @@ impl Line {
         stream.set_nonblocking(false)?;
         let output = File::from(OwnedFd::from(stream.try_clone()?));
         Ok(Line {
-            input: Box::new(stream),
+            input: File::from(OwnedFd::from(stream)),
             output,
         })
     }
@@ -76,91 +75,74 @@ impl Line {
         Line::from_tcp(stream.into_std()?)
     }
 
-    /// Splits the line into its reader thread and writer.
-    pub(crate) fn start(self) -> (LineReader, File) {
-        let (tx, rx) = mpsc::sync_channel::<Chunk>(8);
-        let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
-        let mut input = self.input;
-        let handle = thread::Builder::new()
-            .name("zmodem-read".into())
-            .spawn(move || read_loop(&mut *input, &tx, &back_rx));
-        if let Err(e) = &handle {
-            tracing::error!("zmodem: cannot start the reader thread: {e}");
-        }
-        (LineReader { rx, back: back_tx }, self.output)
+    /// Waits until input is readable (or at end), at most `timeout`
+    /// (forever if `None`). Returns whether it is.
+    pub(crate) fn wait_input(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        poll_readable(self.input.as_fd(), timeout)
     }
-}
 
-/// What the reader thread delivers.
-pub(crate) enum Chunk {
-    /// Bytes read.
-    Data(Vec<u8>),
-    /// End of input.
-    Eof,
-    /// A read error.
-    Err(io::Error),
-}
-
-/// The receiving end of the reader thread.
-pub(crate) struct LineReader {
-    rx: Receiver<Chunk>,
-    back: mpsc::Sender<Vec<u8>>,
-}
-
-impl LineReader {
-    /// The next chunk if one is ready.
-    pub(crate) fn try_next(&self) -> Option<Chunk> {
-        match self.rx.try_recv() {
-            Ok(c) => Some(c),
-            Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(Chunk::Eof),
+    /// Reads what is there (blocks if nothing is).
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.input.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
         }
     }
 
-    /// Waits up to `timeout` (forever if `None`) for the next chunk.
-    pub(crate) fn next(&self, timeout: Option<Duration>) -> Option<Chunk> {
-        match timeout {
-            None => Some(self.rx.recv().unwrap_or(Chunk::Eof)),
-            Some(t) => match self.rx.recv_timeout(t) {
-                Ok(c) => Some(c),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => Some(Chunk::Eof),
-            },
-        }
+    /// Writes some of `data` (blocks until at least one byte is taken).
+    pub(crate) fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        write_some(&mut self.output, data)
     }
 
-    /// Gives a buffer back for reuse.
-    pub(crate) fn recycle(&self, buf: Vec<u8>) {
-        let _ = self.back.send(buf);
+    /// Writes all of `data`.
+    pub(crate) fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let n = self.write(data)?;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// The output side, for tuning.
+    pub(crate) fn output_fd(&self) -> BorrowedFd<'_> {
+        self.output.as_fd()
     }
 }
 
-fn read_loop(input: &mut dyn Read, tx: &SyncSender<Chunk>, back: &Receiver<Vec<u8>>) {
+/// `poll(2)` for readability of one descriptor.
+fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    let ms = match timeout {
+        None => -1,
+        // Round up so a timer is never polled early and spun on.
+        Some(t) => libc::c_int::try_from(t.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX),
+    };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     loop {
-        let mut buf = back.try_recv().unwrap_or_default();
-        buf.resize(READ_CHUNK, 0);
-        match input.read(&mut buf) {
-            Ok(0) => {
-                let _ = tx.send(Chunk::Eof);
-                return;
+        #[allow(unsafe_code)]
+        // SAFETY: `pfd` is one valid, initialised pollfd that lives on this
+        // stack frame for the whole call, and nfds is 1; `fd` is a borrowed,
+        // open descriptor. poll(2) only writes `revents`.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
             }
-            Ok(n) => {
-                buf.truncate(n);
-                if tx.send(Chunk::Data(buf)).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let _ = tx.send(Chunk::Err(e));
-                return;
-            }
+            return Err(e);
         }
+        // POLLHUP/POLLERR count as readable: the read reports what happened.
+        return Ok(r > 0 && pfd.revents != 0);
     }
 }
 
-/// Writes all of `data`, retrying on interruption.
-pub(crate) fn write_some(out: &mut File, data: &[u8]) -> io::Result<usize> {
+/// Writes some of `data`, retrying on interruption.
+fn write_some(out: &mut File, data: &[u8]) -> io::Result<usize> {
     loop {
         match out.write(data) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

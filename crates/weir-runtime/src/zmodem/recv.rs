@@ -11,7 +11,7 @@ use weir_core::safepath::{self, Platform};
 use weir_zmodem::consts::MAX_FILE_SIZE;
 use weir_zmodem::{FileRequest, Receiver, ReceiverConfig, RecvEvent};
 
-use super::line::{Chunk, Line, write_some};
+use super::line::{Line, READ_CHUNK};
 use super::{PROGRESS_EVERY, Progress, ZmodemError};
 
 /// How to receive.
@@ -80,7 +80,8 @@ pub fn receive_files(
     opts: &RecvOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RecvReport, ZmodemError> {
-    let (reader, mut out) = line.start();
+    let mut line = line;
+    let mut inbuf = vec![0u8; READ_CHUNK];
     let mut r = Receiver::new(opts.core.clone(), Instant::now());
     let mut report = RecvReport::default();
     let mut cur: Option<Current> = None;
@@ -156,7 +157,7 @@ pub fn receive_files(
         // Answers to the line.
         let pending = r.pending_output();
         if !pending.is_empty() {
-            match write_some(&mut out, pending) {
+            match line.write(pending) {
                 Ok(n) => r.consume_output(n),
                 Err(e) => break Err(ZmodemError::Line(e)),
             }
@@ -168,15 +169,14 @@ pub fn receive_files(
         let wait = r
             .poll_timeout()
             .map(|d| d.saturating_duration_since(Instant::now()));
-        let res = match reader.next(wait) {
-            Some(Chunk::Data(b)) => {
-                let res = r.handle_input(Instant::now(), &b);
-                reader.recycle(b);
-                res
-            }
-            Some(Chunk::Eof) => r.handle_eof(Instant::now()),
-            Some(Chunk::Err(e)) => break Err(ZmodemError::Line(e)),
-            None => r.handle_timeout(Instant::now()),
+        let res = match line.wait_input(wait) {
+            Ok(true) => match line.read(&mut inbuf) {
+                Ok(0) => r.handle_eof(Instant::now()),
+                Ok(n) => r.handle_input(Instant::now(), &inbuf[..n]),
+                Err(e) => break Err(ZmodemError::Line(e)),
+            },
+            Ok(false) => r.handle_timeout(Instant::now()),
+            Err(e) => break Err(ZmodemError::Line(e)),
         };
         if let Err(e) = res {
             // Write what was checked before the failure (a partial file to
@@ -190,13 +190,7 @@ pub fn receive_files(
             break Err(e.into());
         }
     };
-    let mut rest = r.pending_output();
-    while !rest.is_empty() {
-        match write_some(&mut out, rest) {
-            Ok(n) => rest = &rest[n..],
-            Err(_) => break,
-        }
-    }
+    let _ = line.write_all(r.pending_output());
     report.retransmits = r.retransmits();
     result.map(|()| report)
 }

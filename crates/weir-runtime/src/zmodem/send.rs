@@ -2,15 +2,14 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use weir_zmodem::{FileOffer, SendError, SendEvent, Sender, SenderConfig};
 
-use super::line::{Chunk, Line, READ_CHUNK, write_some};
+use super::line::{Line, READ_CHUNK, tune_output};
 use super::{PROGRESS_EVERY, Progress, ZmodemError};
 
 /// How to send.
@@ -75,29 +74,30 @@ pub fn send_files(
         sources.push(src);
         offers.push(offer);
     }
-    let (reader, mut out) = line.start();
+    let mut line = line;
     let mut s = Sender::new(opts.core.clone(), offers, Instant::now())?;
     let mut buf = vec![0u8; opts.core.chunk.max(READ_CHUNK)];
+    let mut inbuf = vec![0u8; READ_CHUNK];
     let mut report = SendReport::default();
     let mut started = (Instant::now(), 0u64);
     let mut last_progress = Instant::now();
     let mut eof = false;
     let result: Result<(), ZmodemError> = 'run: loop {
-        // 1. Whatever the line delivered.
-        while let Some(chunk) = reader.try_next() {
-            match chunk {
-                Chunk::Data(b) => {
-                    let r = s.handle_input(Instant::now(), &b);
-                    reader.recycle(b);
-                    if let Err(e) = r {
+        // 1. Whatever the line delivered (without waiting).
+        while !eof {
+            match line.wait_input(Some(Duration::ZERO)) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => break 'run Err(ZmodemError::Line(e)),
+            }
+            match line.read(&mut inbuf) {
+                Ok(0) => eof = true,
+                Ok(n) => {
+                    if let Err(e) = s.handle_input(Instant::now(), &inbuf[..n]) {
                         break 'run Err(e.into());
                     }
                 }
-                Chunk::Eof => {
-                    eof = true;
-                    break;
-                }
-                Chunk::Err(e) => break 'run Err(ZmodemError::Line(e)),
+                Err(e) => break 'run Err(ZmodemError::Line(e)),
             }
         }
         // 2. Events.
@@ -105,9 +105,9 @@ pub fn send_files(
             match ev {
                 SendEvent::ReceiverReady { .. } => {
                     if s.streaming() {
-                        super::line::tune_output(out.as_fd(), opts.sndbuf, false);
+                        tune_output(line.output_fd(), opts.sndbuf, false);
                     } else {
-                        super::line::tune_output(out.as_fd(), None, true);
+                        tune_output(line.output_fd(), None, true);
                     }
                 }
                 SendEvent::FileStarted { file, offset } => {
@@ -169,8 +169,8 @@ pub fn send_files(
         // 4. Output, in pieces small enough to notice a ZRPOS soon.
         let pending = s.pending_output();
         if !pending.is_empty() {
-            let n = pending.len().min(128 * 1024);
-            match write_some(&mut out, &pending[..n]) {
+            let n = pending.len().min(WRITE_PIECE);
+            match line.write(&pending[..n]) {
                 Ok(n) => s.consume_output(n),
                 Err(e) => break 'run Err(ZmodemError::Line(e)),
             }
@@ -186,34 +186,32 @@ pub fn send_files(
         let wait = s
             .poll_timeout()
             .map(|d| d.saturating_duration_since(Instant::now()));
-        match reader.next(wait) {
-            Some(Chunk::Data(b)) => {
-                let r = s.handle_input(Instant::now(), &b);
-                reader.recycle(b);
-                if let Err(e) = r {
-                    break Err(e.into());
+        match line.wait_input(wait) {
+            Ok(true) => match line.read(&mut inbuf) {
+                Ok(0) => eof = true,
+                Ok(n) => {
+                    if let Err(e) = s.handle_input(Instant::now(), &inbuf[..n]) {
+                        break Err(e.into());
+                    }
                 }
-            }
-            Some(Chunk::Eof) => eof = true,
-            Some(Chunk::Err(e)) => break Err(ZmodemError::Line(e)),
-            None => {
+                Err(e) => break Err(ZmodemError::Line(e)),
+            },
+            Ok(false) => {
                 if let Err(e) = s.handle_timeout(Instant::now()) {
                     break Err(e.into());
                 }
             }
+            Err(e) => break Err(ZmodemError::Line(e)),
         }
     };
     // Whatever is left ("OO", or the cancel sequence after an error).
-    let mut rest = s.pending_output();
-    while !rest.is_empty() {
-        match write_some(&mut out, rest) {
-            Ok(n) => rest = &rest[n..],
-            Err(_) => break,
-        }
-    }
+    let _ = line.write_all(s.pending_output());
     report.restarts = s.restarts();
     result.map(|()| report)
 }
+
+/// Largest single write: the core sees a ZRPOS after at most this much.
+const WRITE_PIECE: usize = 128 * 1024;
 
 fn open(p: &Path) -> Result<(Source, FileOffer), ZmodemError> {
     let file_err = |e: io::Error| ZmodemError::File {

@@ -114,14 +114,12 @@ impl Escaper {
                     let c = block[k];
                     let prev = if k > 0 { block[k - 1] } else { self.last };
                     let cls = self.table[usize::from(c)];
-                    if cls == ALWAYS || (cls == AFTER_AT && prev & 0x7f == b'@') {
-                        out[j] = ZDLE;
-                        out[j + 1] = c ^ 0x40;
-                        j += 2;
-                    } else {
-                        out[j] = c;
-                        j += 1;
-                    }
+                    // Branch-free: a third of the candidates are not escaped
+                    // (0x12, or CR without `@` before it).
+                    let esc = (cls == ALWAYS) | ((cls == AFTER_AT) & (prev & 0x7f == b'@'));
+                    out[j] = if esc { ZDLE } else { c };
+                    out[j + 1] = c ^ 0x40;
+                    j += 1 + usize::from(esc);
                     p = k + 1;
                 }
                 copy64(&mut out[j..], &data[i + p..]);

@@ -43,6 +43,13 @@ pub struct SenderConfig {
     pub window: Option<u32>,
     /// Segmented mode: a ZCRCW (stop and wait for ZACK) every this many bytes.
     pub segment: Option<u32>,
+    /// Streaming mode (no `window`): still ask for an acknowledgement
+    /// (ZCRCQ, which does not stop the stream) every quarter of this and keep
+    /// at most this many bytes unacknowledged, so the stale data a receiver
+    /// must skip after a line error stays bounded whatever buffers sit on the
+    /// line (pipes, relays, ssh). `None`: pure streaming, bounded only by the
+    /// driver's kernel buffer cap (for a high bandwidth-delay link).
+    pub stream_window: Option<u32>,
     /// Use CRC-32 when the receiver can.
     pub crc32: bool,
     /// Escape every control byte (and tell the receiver with ZSINIT).
@@ -67,6 +74,7 @@ impl Default for SenderConfig {
             block_size: crate::consts::LRZSZ_MAX_BLOCK,
             window: None,
             segment: None,
+            stream_window: Some(256 * 1024),
             crc32: true,
             escape_ctl: false,
             resume: false,
@@ -251,6 +259,13 @@ pub struct Sender {
     wait_target: u64,
     last_sync: Option<u64>,
     same_sync: u32,
+    /// The current WaitAck is for the block sent after a restart.
+    syncing: bool,
+    /// Highest position the receiver acknowledged in this file.
+    max_acked: u64,
+    /// The window is the streaming bound, not an explicit `-w`.
+    stream_acks: bool,
+    stale_zrpos: u64,
     restarts: u64,
 }
 
@@ -296,6 +311,10 @@ impl Sender {
             wait_target: 0,
             last_sync: None,
             same_sync: 0,
+            syncing: false,
+            max_acked: 0,
+            stream_acks: false,
+            stale_zrpos: 0,
             restarts: 0,
         };
         s.esc.raw(b"rz\r", &mut s.out);
@@ -426,6 +445,7 @@ impl Sender {
                 }
                 FrameEnd::Crcw => {
                     self.frame_open = false;
+                    self.syncing = self.sync_once;
                     self.sync_once = false;
                     self.since_seg = 0;
                     self.since_q = 0;
@@ -530,10 +550,22 @@ impl Sender {
         self.restarts
     }
 
-    /// Whether data streams without acknowledgements (no window, no
-    /// segments). Known once the receiver's ZRINIT arrived.
+    /// Repeated or outdated ZRPOS frames that were ignored.
+    pub fn stale_zrpos(&self) -> u64 {
+        self.stale_zrpos
+    }
+
+    /// Whether data streams (no explicit window, no segments; acknowledgements
+    /// may still be asked for to bound what is in flight). Known once the
+    /// receiver's ZRINIT arrived.
     pub fn streaming(&self) -> bool {
-        self.window.is_none() && self.segment.is_none()
+        (self.window.is_none() || self.stream_acks) && self.segment.is_none()
+    }
+
+    /// Whether acknowledgements flow during data (windowed, segmented, or
+    /// streaming with a bound): the driver turns Nagle off then.
+    pub fn wants_acks(&self) -> bool {
+        self.window.is_some() || self.segment.is_some()
     }
 
     /// The subpacket size in use.
@@ -605,7 +637,7 @@ impl Sender {
                 _ => Ok(()),
             },
             State::Data | State::WaitAck | State::WaitWindow => match h.frame_type {
-                frame::ZRPOS => self.restart(now, u64::from(h.pos())),
+                frame::ZRPOS => self.on_zrpos(now, u64::from(h.pos())),
                 frame::ZACK => {
                     self.on_ack(now, u64::from(h.pos()));
                     Ok(())
@@ -626,7 +658,7 @@ impl Sender {
                     self.start_file(now, self.file + 1);
                     Ok(())
                 }
-                frame::ZRPOS => self.restart(now, u64::from(h.pos())),
+                frame::ZRPOS => self.on_zrpos(now, u64::from(h.pos())),
                 frame::ZSKIP => {
                     self.skip(now);
                     Ok(())
@@ -681,6 +713,13 @@ impl Sender {
             let w = w.max(256);
             self.window = Some(w);
             self.block = self.block.min((w / 4) as usize).max(32);
+        } else if self.segment.is_none() {
+            // Streaming: acknowledgements without stopping, bounded in flight.
+            self.window = self
+                .cfg
+                .stream_window
+                .map(|w| u64::from(w.max(4 * self.block as u32)));
+            self.stream_acks = self.window.is_some();
         }
         if let Some(s) = self.segment {
             self.block = self.block.min(s as usize).max(32);
@@ -695,9 +734,26 @@ impl Sender {
         Ok(())
     }
 
+    /// A ZRPOS during data. A receiver that hunts through stale data after
+    /// an error repeats its ZRPOS (lrzsz `rz`: once per ~40 KB of garbage);
+    /// repeats are not new errors: the restart frame for that position is
+    /// already on its way (a lost one is resent on timeout), and a position
+    /// below one the receiver acknowledged since is history.
+    fn on_zrpos(&mut self, now: Instant, p: u64) -> Result<(), SendError> {
+        let restarting = self.state == State::WaitAck && self.last_sync == Some(p) && self.syncing;
+        if restarting || p < self.max_acked {
+            self.stale_zrpos += 1;
+            return Ok(());
+        }
+        self.restart(now, p)
+    }
+
     fn on_ack(&mut self, now: Instant, p: u64) {
         if p > self.acked && p <= self.pos {
             self.acked = p;
+        }
+        if p <= self.pos {
+            self.max_acked = self.max_acked.max(p);
         }
         match self.state {
             State::WaitAck if p == self.wait_target => {
@@ -737,6 +793,8 @@ impl Sender {
     fn restarts_reset(&mut self) {
         self.last_sync = None;
         self.same_sync = 0;
+        self.syncing = false;
+        self.max_acked = 0;
     }
 
     fn skip(&mut self, now: Instant) {

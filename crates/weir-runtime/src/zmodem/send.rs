@@ -104,11 +104,8 @@ pub fn send_files(
         while let Some(ev) = s.poll_event() {
             match ev {
                 SendEvent::ReceiverReady { .. } => {
-                    if s.streaming() {
-                        tune_output(line.output_fd(), opts.sndbuf, false);
-                    } else {
-                        tune_output(line.output_fd(), None, true);
-                    }
+                    let cap = if s.streaming() { opts.sndbuf } else { None };
+                    tune_output(line.output_fd(), cap, s.wants_acks());
                 }
                 SendEvent::FileStarted { file, offset } => {
                     started = (Instant::now(), offset);

@@ -86,6 +86,13 @@ pub(crate) struct SzArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024)]
     sndbuf: usize,
 
+    /// In streaming mode, still ask for an acknowledgement every BYTES/4
+    /// (without stopping) and keep at most BYTES unacknowledged, so a line
+    /// error costs a bounded retransmission whatever buffers the line has.
+    /// 0 streams unbounded (with --sndbuf 0, for a high bandwidth-delay link).
+    #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024)]
+    stream_window: u32,
+
     /// Segmented mode: stop for an acknowledgement every BYTES.
     #[arg(long, value_name = "BYTES")]
     segment: Option<u32>,
@@ -132,6 +139,7 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
         block_size: if args.one_k { 1024 } else { 8192 },
         window: args.window,
         segment: args.segment,
+        stream_window: (args.stream_window > 0).then_some(args.stream_window),
         crc32: !args.crc16,
         escape_ctl: args.escape,
         resume: args.resume,

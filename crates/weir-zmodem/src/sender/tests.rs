@@ -278,3 +278,64 @@ fn skip_moves_to_the_next_file_and_cancel_stops() {
     assert!(s.is_done() && !s.is_finished());
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn repeated_and_outdated_zrpos_are_ignored() {
+    let t = Instant::now(); // test-epoch
+    let mut s = started(SenderConfig::default(), 200_000, t);
+    s.supply_data(t, 0, 0, &vec![1u8; 65_536]).unwrap();
+    take(&mut s);
+    s.handle_input(t, &hex(Header::with_pos(frame::ZRPOS, 8192)))
+        .unwrap();
+    s.supply_data(t, 0, 8192, &vec![1u8; 8192]).unwrap();
+    assert_eq!(ends(&items(&take(&mut s)).0), vec![FrameEnd::Crcw]);
+    // rz repeats its ZRPOS while it skips stale data: no second restart.
+    for _ in 0..5 {
+        s.handle_input(t, &hex(Header::with_pos(frame::ZRPOS, 8192)))
+            .unwrap();
+    }
+    assert!(take(&mut s).is_empty());
+    assert_eq!((s.restarts(), s.stale_zrpos()), (1, 5));
+    s.handle_input(t, &hex(Header::with_pos(frame::ZACK, 16_384)))
+        .unwrap();
+    // A late ZRPOS below what was acknowledged is history too.
+    s.handle_input(t, &hex(Header::with_pos(frame::ZRPOS, 8192)))
+        .unwrap();
+    assert_eq!(s.restarts(), 1);
+    assert_eq!(s.poll_data_request().unwrap().offset, 16_384);
+    // A new error at or after the acknowledged position restarts.
+    s.handle_input(t, &hex(Header::with_pos(frame::ZRPOS, 16_384)))
+        .unwrap();
+    assert_eq!(s.restarts(), 2);
+}
+
+#[test]
+fn streaming_asks_for_acks_and_bounds_what_is_in_flight() {
+    let t = Instant::now(); // test-epoch
+    let mut s = started(SenderConfig::default(), 1 << 20, t);
+    assert!(s.streaming() && s.wants_acks());
+    let req = s.poll_data_request().unwrap();
+    assert_eq!(req.len, 256 * 1024);
+    s.supply_data(t, 0, 0, &vec![5u8; req.len]).unwrap();
+    let e = ends(&items(&take(&mut s)).0);
+    assert_eq!(e.len(), 32);
+    for (k, end) in e.iter().enumerate() {
+        let want = if k % 8 == 7 {
+            FrameEnd::Crcq
+        } else {
+            FrameEnd::Crcg
+        };
+        assert_eq!(*end, want, "subpacket {k}");
+    }
+    assert!(s.poll_data_request().is_none(), "256 KiB unacknowledged");
+    s.handle_input(t, &hex(Header::with_pos(frame::ZACK, 65_536)))
+        .unwrap();
+    assert_eq!(s.poll_data_request().unwrap().len, 65_536);
+    // Unbounded streaming when asked.
+    let cfg = SenderConfig {
+        stream_window: None,
+        ..Default::default()
+    };
+    let s = started(cfg, 1 << 20, t);
+    assert!(s.streaming() && !s.wants_acks());
+}

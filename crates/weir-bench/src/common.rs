@@ -1,6 +1,14 @@
-//! What every scenario gets from `weir bench`.
+//! What every scenario gets from `weir bench`, and helpers for starting
+//! weir under the loopback-only network policy.
 
 use std::path::PathBuf;
+use std::process::Command;
+use std::str::FromStr;
+
+use anyhow::Context;
+
+/// The network policy every weir process a bench starts runs under.
+pub const BENCH_ALLOW: &str = "127.0.0.0/8";
 
 /// Settings shared by every scenario.
 #[derive(Clone, Debug)]
@@ -15,4 +23,150 @@ pub struct BenchConfig {
     pub size_mib: Option<u64>,
     /// Scenario-specific `key=value` options (`--set key=value`).
     pub extra: Vec<(String, String)>,
+    /// The command line that started the bench (for the report).
+    pub command_line: String,
+}
+
+impl BenchConfig {
+    /// A configuration with defaults: 3 runs, no size override, no extras,
+    /// output under `out_dir`.
+    pub fn new(weir_exe: PathBuf, out_dir: PathBuf) -> Self {
+        Self {
+            weir_exe,
+            out_dir,
+            runs: 3,
+            size_mib: None,
+            extra: Vec::new(),
+            command_line: String::new(),
+        }
+    }
+
+    /// A command running the weir binary under the bench network policy
+    /// (`--allow 127.0.0.0/8` and `WEIR_ALLOW`); add the subcommand and its
+    /// arguments. To run it inside a namespace, use [`BenchConfig::weir_argv`]
+    /// with `Netns::command`.
+    pub fn weir(&self) -> Command {
+        let mut c = Command::new(&self.weir_exe);
+        c.env("WEIR_ALLOW", BENCH_ALLOW)
+            .args(["--allow", BENCH_ALLOW]);
+        c
+    }
+
+    /// The weir binary and the policy arguments, to prefix a command line
+    /// or a `weir_lab::bt::CommandClient` template:
+    /// `[weir_exe, "--allow", "127.0.0.0/8"]`.
+    pub fn weir_argv(&self) -> Vec<String> {
+        vec![
+            self.weir_exe.to_string_lossy().into_owned(),
+            "--allow".into(),
+            BENCH_ALLOW.into(),
+        ]
+    }
+
+    /// The value of `--set key=...` (the last one given), if any.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.extra
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `--set key=...` parsed as `T`, or `default` when absent; a value
+    /// that does not parse is an error naming the key.
+    pub fn get_or<T: FromStr>(&self, key: &str, default: T) -> anyhow::Result<T>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--set {key}={v}: {e}")),
+        }
+    }
+
+    /// Payload size in bytes: `--size-mib` or `default_mib`.
+    pub fn size_bytes(&self, default_mib: u64) -> u64 {
+        self.size_mib.unwrap_or(default_mib) << 20
+    }
+
+    /// Errors for `--set` keys the scenario does not know (typos would
+    /// otherwise be ignored silently).
+    pub fn check_keys(&self, known: &[&str]) -> anyhow::Result<()> {
+        for (k, _) in &self.extra {
+            if !known.contains(&k.as_str()) {
+                anyhow::bail!("unknown --set key {k:?} (known: {})", known.join(", "));
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the output directory.
+    pub fn ensure_out_dir(&self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.out_dir)
+            .with_context(|| format!("creating {}", self.out_dir.display()))
+    }
+}
+
+/// Parses `key=value` (for `--set`).
+pub fn parse_set(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, got {s:?}")),
+    }
+}
+
+/// Median of the values (mean of the middle two for an even count); `None`
+/// when empty. NaNs are ignored.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
+    }
+
+    #[test]
+    fn set_options() {
+        let mut c = BenchConfig::new("weir".into(), "out".into());
+        c.extra = vec![
+            parse_set("rtt=150ms").unwrap(),
+            parse_set("peers=3").unwrap(),
+            parse_set("peers=4").unwrap(),
+        ];
+        assert_eq!(c.get("rtt"), Some("150ms"));
+        assert_eq!(c.get_or("peers", 1u32).unwrap(), 4);
+        assert_eq!(c.get_or("absent", 7u32).unwrap(), 7);
+        assert!(c.get_or::<u32>("rtt", 0).is_err());
+        assert!(c.check_keys(&["rtt", "peers"]).is_ok());
+        assert!(c.check_keys(&["rtt"]).is_err());
+        assert!(parse_set("novalue").is_err());
+        assert!(parse_set("=x").is_err());
+        assert_eq!(parse_set("k=a=b").unwrap(), ("k".into(), "a=b".into()));
+        assert_eq!(c.size_bytes(256), 256 << 20);
+        let argv = c.weir_argv();
+        assert_eq!(argv[1..], ["--allow".to_string(), BENCH_ALLOW.to_string()]);
+        let cmd = c.weir();
+        assert!(cmd.get_args().any(|a| a == BENCH_ALLOW));
+    }
 }

@@ -1,13 +1,39 @@
 //! Benchmark scenarios of weir, run side by side with real peers: each
 //! prints a table and writes JSON (and a PNG chart where it plots) under
 //! the output directory. Benchmarks are commands (`weir bench ...`), not tests.
+//!
+//! Scenario authors get [`BenchConfig`] (with [`BenchConfig::weir`] to start
+//! weir under the loopback policy), [`report::Report`] for tables, JSON and
+//! markdown, [`chart`] for PNG charts, and `weir_lab` for namespaces, real
+//! clients and process accounting.
 
 pub mod bt_single;
 pub mod cap;
+pub mod chart;
 pub mod common;
 pub mod ed2k;
 pub mod ramp;
+pub mod report;
 pub mod rtt;
 pub mod zmodem;
 
 pub use common::BenchConfig;
+
+/// The scenarios `weir bench` knows, by command-line name.
+pub const SCENARIOS: [&str; 6] = ["bt-single", "ramp", "cap", "rtt", "zmodem", "ed2k"];
+
+/// Runs the scenario named `name` (one of [`SCENARIOS`]).
+pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
+    match name {
+        "bt-single" => bt_single::run(cfg),
+        "ramp" => ramp::run(cfg),
+        "cap" => cap::run(cfg),
+        "rtt" => rtt::run(cfg),
+        "zmodem" => zmodem::run(cfg),
+        "ed2k" => ed2k::run(cfg),
+        _ => anyhow::bail!(
+            "unknown scenario {name:?} (known: {})",
+            SCENARIOS.join(", ")
+        ),
+    }
+}

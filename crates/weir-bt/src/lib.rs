@@ -6,12 +6,12 @@
 //!   extension protocol), zero-copy over `bytes`.
 //! - [`tracker`]: HTTP (BEP 3/7/23) and UDP (BEP 15) tracker codecs.
 //! - [`create`]: building `.torrent` files.
+//! - [`torrent`]: the torrent state machine and peer sessions.
 //!
 //! Nothing here performs I/O or reads a clock; `weir-runtime` drives it.
 
 pub mod create;
 pub mod metainfo;
+pub mod torrent;
 pub mod tracker;
 pub mod wire;
-
-pub mod torrent;

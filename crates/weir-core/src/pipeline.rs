@@ -21,6 +21,15 @@
 
 use std::time::{Duration, Instant};
 
+/// The largest batch of requests the hysteresis waits for: a deep pipe is
+/// refilled every 64 blocks, not every quarter of its depth, so it never
+/// runs far below its target.
+pub const MAX_BATCH: u32 = 64;
+
+/// Queueing delay (beyond twice the smallest round trip) that ends slow
+/// start: absorbs ordinary jitter on short paths.
+const QUEUE_DELAY_MARGIN: Duration = Duration::from_millis(5);
+
 /// Tunables of a pipeline.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
@@ -43,13 +52,16 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
-    /// Settings for `block_len`-byte requests.
+    /// Settings for `block_len`-byte requests. Slow start begins with about
+    /// 1 MiB asked (64 BitTorrent blocks): a round trip's worth for a peer
+    /// of a few MB/s at tens of milliseconds, and a head start of several
+    /// doublings for a fast distant one.
     pub fn new(block_len: u32) -> Self {
         Self {
             block_len,
             min_depth: 2,
             max_depth: 4096,
-            initial_depth: 4,
+            initial_depth: ((1u32 << 20) / block_len.max(1)).clamp(4, 64),
             rtt_factor: 2.0,
             min_queue_time: Duration::from_millis(100),
             slow_start_exit_growth: 0.10,
@@ -95,6 +107,17 @@ impl Pipeline {
     /// A requested block arrived, `rtt` after its request was sent.
     pub fn on_block(&mut self, now: Instant, rtt: Duration, bytes: u32) {
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        // Requests have started to queue at the peer (its round trip grew
+        // well past the smallest seen): the pipe is already deeper than the
+        // path, so slow start stops here instead of waiting for the rate to
+        // stop rising, and the next tick sizes the depth from the rate.
+        if self.slow_start
+            && self
+                .min_rtt
+                .is_some_and(|m| rtt > m * 2 + QUEUE_DELAY_MARGIN)
+        {
+            self.slow_start = false;
+        }
         self.srtt = Some(match self.srtt {
             None => rtt,
             Some(s) => (s * 7 + rtt) / 8,
@@ -164,10 +187,11 @@ impl Pipeline {
     }
 
     /// How many requests to send now with `outstanding` in flight: 0 until a
-    /// quarter of the depth has drained (hysteresis), then enough to refill.
+    /// batch has drained (a quarter of the depth, at most [`MAX_BATCH`]:
+    /// hysteresis), then enough to refill.
     pub fn top_up(&self, outstanding: u32) -> u32 {
         let depth = self.depth();
-        let low_water = depth - (depth / 4).max(1);
+        let low_water = depth - (depth / 4).clamp(1, MAX_BATCH);
         if outstanding > low_water {
             0
         } else {
@@ -248,8 +272,9 @@ mod tests {
         let (p, _) = run(Duration::from_millis(150), 50e6, 4.0, 250);
         assert_eq!(p.depth(), 250);
         let mut q = Pipeline::new(PipelineConfig::new(BLOCK));
-        q.on_timeout();
-        q.on_timeout();
+        for _ in 0..10 {
+            q.on_timeout();
+        }
         assert_eq!(q.depth(), 2);
     }
 
@@ -269,6 +294,9 @@ mod tests {
         assert_eq!(p.top_up(76), 0);
         assert_eq!(p.top_up(75), 25);
         assert_eq!(p.top_up(0), 100);
+        p.target = 1000;
+        assert_eq!(p.top_up(937), 0);
+        assert_eq!(p.top_up(936), 64);
         p.target = 2;
         assert_eq!(p.top_up(2), 0);
         assert_eq!(p.top_up(1), 1);

@@ -1,6 +1,9 @@
 //! Test and bench harness for weir: network namespaces that hold only `lo`,
 //! real peer programs started safely (every discovery and update feature
 //! off, bound to 127.0.0.x), processes ended by PID, and CPU/RSS accounting.
+//!
+//! weir-lab depends on none of weir's own crates, so a harness bug and a
+//! weir bug cannot hide each other.
 
 pub mod amule;
 pub mod bt;
@@ -8,3 +11,9 @@ pub mod ci;
 pub mod netns;
 pub mod payload;
 pub mod process;
+pub mod tmpdir;
+pub mod torrent;
+
+pub use netns::Netns;
+pub use process::{Proc, Usage};
+pub use tmpdir::TempDir;

@@ -1,11 +1,15 @@
 //! Files on disk under the storage contract of `weir_core::storage`.
 //!
 //! [`DiskStorage`] executes a protocol core's [`StorageOp`]s on dedicated
-//! worker threads, so hashing and disk I/O never run on a network task.
-//! Each piece is routed to one worker (piece index modulo the worker count),
-//! which keeps that piece's writes in order and hashes them as it writes
-//! them ([`PieceVerifier`]); nothing is read back to verify a download.
-//! Writes of a piece's run go out with one `pwritev` per file touched.
+//! threads, so hashing and disk I/O never run on a network task. Each piece
+//! is routed to one hashing worker (piece index modulo the worker count),
+//! which hashes its data in order as it arrives ([`PieceVerifier`]) and
+//! passes it on to the one writer thread; nothing is read back to verify a
+//! download. One writer, because buffered writes to a file serialize on its
+//! inode lock anyway: two writers only spin on it, while hashing runs in
+//! parallel with writing. Each run goes out with one `pwritev` per file
+//! touched, and a piece's verdict is reported (and journalled) only after
+//! its last byte is written.
 //!
 //! Verified pieces are appended to a small resume journal next to the data
 //! (one 4-byte index per piece, written right after the piece's data), so a
@@ -51,6 +55,16 @@ pub struct StorageConfig {
 pub struct DiskStorage {
     senders: Vec<mpsc::Sender<StorageOp>>,
     handles: Vec<thread::JoinHandle<()>>,
+    writer: Option<thread::JoinHandle<()>>,
+}
+
+/// Hashed data on its way to the writer thread.
+struct WriteJob {
+    piece: u32,
+    offset: u64,
+    data: Vec<Bytes>,
+    /// The piece's verdict, when this run completed it.
+    verdict: Option<bool>,
 }
 
 struct Shared {
@@ -179,6 +193,23 @@ impl DiskStorage {
             layout: cfg.layout.clone(),
             journal,
         });
+        let (wtx, wrx) = mpsc::channel::<WriteJob>();
+        let writer = {
+            let shared = shared.clone();
+            let events = events.clone();
+            thread::Builder::new()
+                .name("weir-write".into())
+                .spawn(move || {
+                    for job in wrx {
+                        let ev = write_job(&shared, job);
+                        if let Some(ev) = ev
+                            && events.send(ev).is_err()
+                        {
+                            break;
+                        }
+                    }
+                })?
+        };
         let workers = cfg.workers.max(1);
         let mut senders = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
@@ -186,23 +217,28 @@ impl DiskStorage {
             let (tx, rx) = mpsc::channel::<StorageOp>();
             let shared = shared.clone();
             let events = events.clone();
+            let wtx = wtx.clone();
             let mut verifier = PieceVerifier::new(cfg.geometry, cfg.digests.clone());
             let geo = cfg.geometry;
             let h = thread::Builder::new()
-                .name(format!("weir-disk-{w}"))
+                .name(format!("weir-hash-{w}"))
                 .spawn(move || {
                     for op in rx {
-                        if let Some(ev) = execute(&shared, &geo, &mut verifier, op) {
-                            if events.send(ev).is_err() {
-                                break;
-                            }
+                        if let Some(ev) = execute(&shared, &geo, &mut verifier, &wtx, op)
+                            && events.send(ev).is_err()
+                        {
+                            break;
                         }
                     }
                 })?;
             senders.push(tx);
             handles.push(h);
         }
-        Ok(Self { senders, handles })
+        Ok(Self {
+            senders,
+            handles,
+            writer: Some(writer),
+        })
     }
 
     /// Queues an operation. Never blocks.
@@ -219,35 +255,55 @@ impl DiskStorage {
     }
 
     /// Stops the workers after they finish what is queued.
-    pub fn close(self) {
-        drop(self.senders);
-        for h in self.handles {
+    pub fn close(mut self) {
+        drop(std::mem::take(&mut self.senders));
+        for h in std::mem::take(&mut self.handles) {
             let _ = h.join();
         }
+        // The hashers held the writer's senders: it ends once they are gone.
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
+}
+
+fn write_job(shared: &Shared, job: WriteJob) -> Option<StorageEvent> {
+    if let Err(e) = shared.write(job.offset, &job.data) {
+        return Some(StorageEvent::Failed {
+            error: format!("write: {e}"),
+        });
+    }
+    let ok = job.verdict?;
+    if ok {
+        shared.record_verified(job.piece);
+    }
+    Some(StorageEvent::PieceDone {
+        piece: job.piece,
+        ok,
+    })
 }
 
 fn execute(
     shared: &Shared,
     geo: &Geometry,
     verifier: &mut PieceVerifier,
+    writer: &mpsc::Sender<WriteJob>,
     op: StorageOp,
 ) -> Option<StorageEvent> {
     match op {
         StorageOp::Write { piece, begin, data } => {
             let offset = geo.piece_offset(piece) + u64::from(begin);
-            if let Err(e) = shared.write(offset, &data) {
-                return Some(StorageEvent::Failed {
-                    error: format!("write: {e}"),
-                });
-            }
             match verifier.write(piece, begin, &data) {
-                Ok(None) => None,
-                Ok(Some(ok)) => {
-                    if ok {
-                        shared.record_verified(piece);
-                    }
-                    Some(StorageEvent::PieceDone { piece, ok })
+                Ok(verdict) => {
+                    let job = WriteJob {
+                        piece,
+                        offset,
+                        data,
+                        verdict,
+                    };
+                    // The writer only stops when storage is closing.
+                    let _ = writer.send(job);
+                    None
                 }
                 Err(e) => Some(StorageEvent::Failed {
                     error: e.to_string(),

@@ -18,9 +18,10 @@
 //! data goes back as a header plus a slice of the read buffer.
 
 mod peer;
+mod smartban;
 mod upload;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +51,9 @@ const KEEPALIVE: Duration = Duration::from_secs(90);
 const CHOKE_ROUND: Duration = Duration::from_secs(10);
 /// Rotate the optimistic unchoke every third round.
 const OPTIMISTIC_ROUNDS: u32 = 3;
+/// In endgame a peer duplicates requests only while it has fewer than this
+/// in flight.
+const ENDGAME_DEPTH: usize = 8;
 /// Bad pieces a peer may contribute to before it is banned.
 const BAN_STRIKES: u32 = 2;
 
@@ -77,6 +81,9 @@ pub struct TorrentConfig {
     pub seed: u64,
     /// Client name sent in the extension handshake.
     pub client_name: String,
+    /// Most requests in flight to one peer, whatever its rate (the
+    /// pipeline sizes below this; 1 makes every block a round trip).
+    pub max_requests: u32,
 }
 
 impl TorrentConfig {
@@ -87,12 +94,13 @@ impl TorrentConfig {
             listen_port: None,
             order: Order::RarestFirst,
             upload_slots: 8,
-            max_peer_requests: 2048,
+            max_peer_requests: 4096,
             upload_watermark: 4 << 20,
             max_read: 1 << 20,
             max_unverified: 32 << 20,
             seed: 0x5eed,
             client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
+            max_requests: 4096,
         }
     }
 }
@@ -178,8 +186,8 @@ struct Assembly {
     next: u32,
     /// Blocks that arrived ahead of a gap.
     pending: BTreeMap<u32, Bytes>,
-    /// Peers whose blocks went into it.
-    contributors: Vec<ConnId>,
+    /// (offset, length, sender) of every block that went into it.
+    blocks_from: Vec<(u32, u32, ConnId)>,
 }
 
 /// Contiguous data is handed to storage in runs of at least this much (or
@@ -193,12 +201,14 @@ pub struct Torrent {
     geo: Geometry,
     cfg: TorrentConfig,
     picker: Picker,
-    peers: HashMap<ConnId, Peer>,
-    assembly: HashMap<u32, Assembly>,
+    peers: BTreeMap<ConnId, Peer>,
+    assembly: BTreeMap<u32, Assembly>,
     unverified: u64,
     events: VecDeque<Event>,
     dirty: Vec<ConnId>,
-    reads: HashMap<u64, upload::Read>,
+    reads: BTreeMap<u64, upload::Read>,
+    evidence: BTreeMap<u32, smartban::Evidence>,
+    banned: std::collections::BTreeSet<SocketAddr>,
     next_read: u64,
     checking: Bitfield,
     checks_in_flight: u32,
@@ -237,12 +247,14 @@ impl Torrent {
             geo,
             cfg,
             picker,
-            peers: HashMap::new(),
-            assembly: HashMap::new(),
+            peers: BTreeMap::new(),
+            assembly: BTreeMap::new(),
             unverified: 0,
             events: VecDeque::new(),
             dirty: Vec::new(),
-            reads: HashMap::new(),
+            reads: BTreeMap::new(),
+            evidence: BTreeMap::new(),
+            banned: std::collections::BTreeSet::new(),
             next_read: 0,
             checking,
             checks_in_flight: 0,
@@ -316,6 +328,7 @@ impl Torrent {
             theirs.supports_fast(),
             theirs.supports_extended(),
             self.geo.piece_count(),
+            self.cfg.max_requests,
             now,
         );
         if p.extended {
@@ -455,6 +468,9 @@ impl Torrent {
     pub fn handle_storage(&mut self, ev: StorageEvent, now: Instant) {
         match ev {
             StorageEvent::PieceDone { piece, ok } => self.on_piece_done(piece, ok, now),
+            StorageEvent::ReadDone { id, data } if id & smartban::SMARTBAN_READ != 0 => {
+                self.on_smartban_read(id, data, now)
+            }
             StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
             StorageEvent::Failed { error } => self.events.push_back(Event::Fatal(error)),
         }
@@ -562,7 +578,7 @@ impl Torrent {
         // Without the fast extension a choke cancels every request; with it
         // the peer rejects each one explicitly.
         if !p.fast {
-            for (piece, begin) in p.outstanding.drain().map(|(k, _)| k) {
+            for (piece, begin) in std::mem::take(&mut p.outstanding).into_keys() {
                 self.picker.release(conn, piece, begin);
             }
         }
@@ -576,7 +592,20 @@ impl Torrent {
         if p.peer_choking || !p.am_interested || self.unverified >= self.cfg.max_unverified {
             return;
         }
-        let n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
+        let mut n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
+        if p.snubbed {
+            // A snubbed peer gets nothing others could deliver: only an
+            // endgame duplicate, one at a time, to see if it came back.
+            if !self.picker.in_endgame() {
+                return;
+            }
+            n = n.min(1usize.saturating_sub(p.outstanding.len()));
+        }
+        if self.picker.in_endgame() {
+            // Endgame: every block is already asked of someone. A peer with
+            // little in flight may duplicate a few, not a whole pipeline.
+            n = n.min(ENDGAME_DEPTH.saturating_sub(p.outstanding.len()));
+        }
         if n == 0 {
             return;
         }
@@ -655,9 +684,7 @@ impl Torrent {
     fn assemble(&mut self, conn: ConnId, piece: u32, begin: u32, data: Bytes) {
         let size = self.geo.piece_size(piece);
         let a = self.assembly.entry(piece).or_default();
-        if !a.contributors.contains(&conn) {
-            a.contributors.push(conn);
-        }
+        a.blocks_from.push((begin, data.len() as u32, conn));
         if begin != a.next {
             a.pending.insert(begin, data);
             return;
@@ -673,7 +700,8 @@ impl Torrent {
             self.unverified += u64::from(a.next - a.handed);
             a.handed = a.next;
             let data = std::mem::take(&mut a.ready);
-            self.events.push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
+            self.events
+                .push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
         }
     }
 
@@ -686,6 +714,7 @@ impl Torrent {
         let a = self.assembly.remove(&piece).unwrap_or_default();
         if ok {
             self.picker.piece_verified(piece);
+            self.piece_passed(piece);
             self.events.push_back(Event::PieceVerified(piece));
             let conns: Vec<ConnId> = self.peers.keys().copied().collect();
             for c in conns {
@@ -699,25 +728,7 @@ impl Torrent {
                 self.drop_seeds();
             }
         } else {
-            self.stats.hash_failures += 1;
-            self.picker.piece_failed(piece);
-            for c in a.contributors {
-                let Some(p) = self.peers.get_mut(&c).filter(|p| !p.closing) else {
-                    continue;
-                };
-                p.strikes += 1;
-                if p.strikes >= BAN_STRIKES {
-                    let addr = p.addr;
-                    self.stats.banned += 1;
-                    let reason =
-                        format!("sent data for {} pieces that failed their hash", p.strikes);
-                    self.events.push_back(Event::Ban {
-                        addr,
-                        reason: reason.clone(),
-                    });
-                    self.close(c, reason);
-                }
-            }
+            self.piece_failed(piece, a, now);
         }
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
@@ -796,8 +807,11 @@ impl Torrent {
                 .outstanding
                 .values()
                 .any(|o| now.saturating_duration_since(o.sent_at) > REQUEST_TIMEOUT);
-            if timed_out && now.saturating_duration_since(p.last_block_at) > REQUEST_TIMEOUT {
-                // Snubbed: give its blocks to others, keep asking it gently.
+            let snubbed_now =
+                timed_out && now.saturating_duration_since(p.last_block_at) > REQUEST_TIMEOUT;
+            if snubbed_now {
+                // Snubbed: its blocks go to others; until it delivers again
+                // it is asked only for endgame duplicates.
                 p.snubbed = true;
                 p.pipeline.on_timeout();
                 let keys: Vec<(u32, u32)> = p.outstanding.keys().copied().collect();
@@ -809,7 +823,9 @@ impl Torrent {
             if keepalive {
                 self.mark_dirty(c);
             }
-            self.fill_requests(c, now);
+            if !snubbed_now {
+                self.fill_requests(c, now);
+            }
         }
     }
 

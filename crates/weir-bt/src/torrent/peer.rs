@@ -1,6 +1,6 @@
 //! The state the torrent keeps about one peer connection.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -60,7 +60,7 @@ pub(crate) struct Peer {
     pub(crate) down: TransferMeter,
     pub(crate) up: TransferMeter,
     /// Our requests in flight to the peer, by (piece, begin).
-    pub(crate) outstanding: HashMap<(u32, u32), Outstanding>,
+    pub(crate) outstanding: BTreeMap<(u32, u32), Outstanding>,
     /// The peer's requests waiting to be read from storage.
     pub(crate) requests: VecDeque<BlockRef>,
     /// Bytes of reads in flight plus bytes queued to the socket.
@@ -87,8 +87,13 @@ impl Peer {
         fast: bool,
         extended: bool,
         pieces: u32,
+        max_requests: u32,
         now: Instant,
     ) -> Self {
+        let mut pipe = PipelineConfig::new(BLOCK_LEN);
+        pipe.max_depth = max_requests.max(1);
+        pipe.min_depth = pipe.min_depth.min(pipe.max_depth);
+        pipe.initial_depth = pipe.initial_depth.min(pipe.max_depth);
         Self {
             addr,
             fast,
@@ -100,10 +105,10 @@ impl Peer {
             peer_interested: false,
             has: Has::Nothing(Bitfield::new(pieces)),
             got_first_message: false,
-            pipeline: Pipeline::new(PipelineConfig::new(BLOCK_LEN)),
+            pipeline: Pipeline::new(pipe),
             down: TransferMeter::new(now),
             up: TransferMeter::new(now),
-            outstanding: HashMap::new(),
+            outstanding: BTreeMap::new(),
             requests: VecDeque::new(),
             upload_queued: 0,
             last_block_at: now,

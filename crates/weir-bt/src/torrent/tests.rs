@@ -1,7 +1,7 @@
 //! Torrents wired to each other in memory: whole transfers, bad data,
 //! hostile peers. (Timing behaviour is tested in `weir-sim`.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -47,8 +47,8 @@ struct Node {
     /// Flip this byte of everything this node uploads.
     corrupt_uploads: bool,
     /// conn -> (other node, other's conn id)
-    links: HashMap<ConnId, (usize, ConnId)>,
-    inbox: HashMap<ConnId, BytesMut>,
+    links: BTreeMap<ConnId, (usize, ConnId)>,
+    inbox: BTreeMap<ConnId, BytesMut>,
     closed: Vec<(ConnId, String)>,
     banned: Vec<SocketAddr>,
     complete: bool,
@@ -90,8 +90,8 @@ impl Swarm {
             },
             verifier: PieceVerifier::new(geo, Torrent::digests(&m)),
             corrupt_uploads: false,
-            links: HashMap::new(),
-            inbox: HashMap::new(),
+            links: BTreeMap::new(),
+            inbox: BTreeMap::new(),
             closed: Vec::new(),
             banned: Vec::new(),
             complete: seed,
@@ -281,7 +281,7 @@ fn leecher_downloads_everything_from_a_seed() {
 
 #[test]
 fn three_leechers_share_and_finish() {
-    let mut s = Swarm::new(payload(24 * PIECE as usize));
+    let mut s = Swarm::new(payload(96 * PIECE as usize));
     let seed = s.add(true);
     let l: Vec<usize> = (0..3).map(|_| s.add(false)).collect();
     for &x in &l {
@@ -323,6 +323,26 @@ fn bad_data_is_fetched_again_and_its_sender_banned() {
     s.run();
     assert!(s.nodes[leech].complete);
     assert_eq!(s.nodes[leech].store, s.data);
+}
+
+#[test]
+fn a_liar_sharing_pieces_with_an_honest_seed_is_the_only_one_banned() {
+    let mut s = Swarm::new(payload(64 * PIECE as usize));
+    let liar = s.add(true);
+    s.nodes[liar].corrupt_uploads = true;
+    let honest = s.add(true);
+    let leech = s.add(false);
+    s.connect(liar, leech);
+    s.connect(honest, leech);
+    s.run();
+    assert!(s.nodes[leech].t.stats(s.now).hash_failures > 0);
+    assert!(s.nodes[leech].complete);
+    assert_eq!(s.nodes[leech].store, s.data);
+    assert_eq!(
+        s.nodes[leech].banned,
+        vec![SocketAddr::from(([127, 0, 0, 1], 6881))],
+        "only the liar (node 0) is banned"
+    );
 }
 
 #[test]

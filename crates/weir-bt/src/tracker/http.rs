@@ -322,7 +322,57 @@ mod tests {
         }
     }
 
+    fn percent_decode(s: &str) -> Vec<u8> {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'%' {
+                let h = std::str::from_utf8(&b[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(h, 16).unwrap());
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        out
+    }
+
     proptest::proptest! {
+        #[test]
+        fn url_fields_decode_back(
+            ih in proptest::prelude::any::<[u8; 20]>(),
+            pid in proptest::prelude::any::<[u8; 20]>(),
+            left in proptest::prelude::any::<u64>(),
+        ) {
+            let mut r = req();
+            r.info_hash = ih;
+            r.peer_id = pid;
+            r.left = left;
+            let u = r.url("http://127.0.0.1/a?x=1");
+            let q = u.split_once('?').unwrap().1;
+            let fields: std::collections::HashMap<&str, &str> =
+                q.split('&').map(|kv| kv.split_once('=').unwrap()).collect();
+            proptest::prop_assert_eq!(fields["x"], "1");
+            proptest::prop_assert_eq!(percent_decode(fields["info_hash"]), ih.to_vec());
+            proptest::prop_assert_eq!(percent_decode(fields["peer_id"]), pid.to_vec());
+            let left_s = left.to_string();
+            proptest::prop_assert_eq!(fields["left"], left_s.as_str());
+        }
+
+        #[test]
+        fn compact_peers_round_trip(peers in proptest::collection::vec(proptest::prelude::any::<([u8; 4], u16)>(), 0..50)) {
+            let mut body = b"d8:intervali5e5:peers".to_vec();
+            let compact: Vec<u8> = peers.iter().flat_map(|(ip, p)| ip.iter().copied().chain(p.to_be_bytes())).collect();
+            body.extend_from_slice(format!("{}:", compact.len()).as_bytes());
+            body.extend_from_slice(&compact);
+            body.push(b'e');
+            let r = AnnounceResponse::from_bytes(&body).unwrap();
+            let want: Vec<SocketAddr> = peers.iter().map(|(ip, p)| SocketAddr::from((*ip, *p))).collect();
+            proptest::prop_assert_eq!(r.peers, want);
+        }
+
         #[test]
         fn arbitrary_bodies_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let _ = AnnounceResponse::from_bytes(&data);

@@ -67,6 +67,8 @@ pub struct BtConfig {
     pub peer_id: [u8; 20],
     /// Storage worker threads.
     pub storage_workers: usize,
+    /// Most requests in flight to one peer (`None`: the pipeline decides).
+    pub max_requests: Option<u32>,
 }
 
 impl BtConfig {
@@ -86,6 +88,7 @@ impl BtConfig {
             recheck: false,
             peer_id: new_peer_id(),
             storage_workers: 2,
+            max_requests: None,
         }
     }
 }
@@ -188,6 +191,22 @@ impl BtHandle {
     /// Asks the torrent to stop (announces `stopped`, closes connections).
     pub async fn stop(&self) {
         let _ = self.stop.send(Msg::Stop).await;
+    }
+
+    /// A handle that can stop the torrent after `wait` took this one.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.stop.clone())
+    }
+}
+
+/// Stops a running torrent.
+#[derive(Clone, Debug)]
+pub struct Stopper(mpsc::Sender<Msg>);
+
+impl Stopper {
+    /// Asks the torrent to stop.
+    pub async fn stop(&self) {
+        let _ = self.0.send(Msg::Stop).await;
     }
 }
 
@@ -311,6 +330,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     tcfg.order = cfg.order;
     tcfg.listen_port = local_addr.map(|a| a.port());
     tcfg.seed = fastrand_seed();
+    if let Some(m) = cfg.max_requests {
+        tcfg.max_requests = m;
+    }
     let torrent = Torrent::new(&meta, tcfg, &had, &check);
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {
@@ -337,6 +359,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         started: Instant::now(),
         completed_at: None,
         tracker: None,
+        listen_port: local_addr.map_or(0, |a| a.port()),
     };
     let task = tokio::spawn(driver.run(rx, storage_rx, listener));
     Ok(BtHandle {
@@ -380,6 +403,7 @@ struct Driver {
     started: Instant,
     completed_at: Option<Instant>,
     tracker: Option<tracker_glue::Announcer>,
+    listen_port: u16,
 }
 
 impl Driver {
@@ -466,6 +490,7 @@ impl Driver {
             self.tracker = tracker_glue::Announcer::start(
                 &self.meta,
                 &self.cfg,
+                self.listen_port,
                 self.tx.clone(),
                 self.progress.subscribe(),
             );
@@ -600,7 +625,7 @@ impl Driver {
                 }
                 Event::Close { conn, reason } => {
                     if let Some(c) = self.conns.get(&conn) {
-                        tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        tracing::debug!("peer {}: {reason}; disconnected", c.addr);
                     }
                     self.torrent.remove_peer(conn, Instant::now());
                     self.drop_conn(conn);
@@ -697,7 +722,7 @@ impl Driver {
 
     async fn shutdown(&mut self) {
         self.publish();
-        let _ = self.progress.send_modify(|p| p.phase = Phase::Done);
+        self.progress.send_modify(|p| p.phase = Phase::Done);
         if let Some(t) = self.tracker.take() {
             t.stop().await;
         }

@@ -1,28 +1,174 @@
-//! Announcing a torrent to its trackers (filled in when the tracker client
-//! lands; until then no tracker is contacted).
+//! Announcing a torrent to its trackers (BEP 3, BEP 12 tiers, BEP 15 UDP):
+//! `started` when the torrent starts, again every interval the tracker
+//! asks for, `completed` when the download completes, `stopped` when it
+//! stops. Peers the tracker returns go to the driver.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use weir_bt::metainfo::Metainfo;
+use weir_bt::tracker::{AnnounceRequest, Event as AnnounceEvent};
+use weir_core::policy::NetPolicy;
 
-use super::{BtConfig, Msg, Progress};
+use super::{BtConfig, Msg, Phase, Progress};
+
+/// Longest wait between retries of a failing announce.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long a `stopped` announce may take at shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The announce task of one torrent.
 #[derive(Debug)]
-pub(crate) struct Announcer;
+pub(crate) struct Announcer {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+struct Ctx {
+    policy: NetPolicy,
+    tiers: Vec<Vec<String>>,
+    base: AnnounceRequest,
+    tx: mpsc::Sender<Msg>,
+    progress: watch::Receiver<Progress>,
+}
 
 impl Announcer {
-    /// Starts announcing; `None` when the torrent has no usable tracker.
+    /// Starts announcing; `None` when the torrent lists no tracker.
     pub(crate) fn start(
-        _meta: &Arc<Metainfo>,
-        _cfg: &BtConfig,
-        _tx: mpsc::Sender<Msg>,
-        _progress: watch::Receiver<Progress>,
+        meta: &Arc<Metainfo>,
+        cfg: &BtConfig,
+        port: u16,
+        tx: mpsc::Sender<Msg>,
+        progress: watch::Receiver<Progress>,
     ) -> Option<Self> {
-        None
+        let tiers = meta.trackers();
+        if tiers.iter().all(Vec::is_empty) {
+            return None;
+        }
+        let base = AnnounceRequest {
+            info_hash: meta.info_hash,
+            peer_id: cfg.peer_id,
+            port,
+            uploaded: 0,
+            downloaded: 0,
+            left: meta.info.total_length(),
+            event: None,
+            numwant: Some(50),
+            key: Some(u32::from_le_bytes([
+                cfg.peer_id[12],
+                cfg.peer_id[13],
+                cfg.peer_id[14],
+                cfg.peer_id[15],
+            ])),
+            compact: true,
+        };
+        let ctx = Ctx {
+            policy: cfg.policy.clone(),
+            tiers,
+            base,
+            tx,
+            progress,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(run(ctx, stop_rx));
+        Some(Self {
+            stop: Some(stop_tx),
+            task,
+        })
     }
 
-    /// Announces `stopped` and ends.
-    pub(crate) async fn stop(self) {}
+    /// Announces `stopped` (bounded in time) and ends.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = tokio::time::timeout(STOP_TIMEOUT + Duration::from_secs(1), &mut self.task).await;
+        self.task.abort();
+    }
+}
+
+async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    let mut event = Some(AnnounceEvent::Started);
+    let mut completed_sent = ctx.progress.borrow().phase == Phase::Seeding;
+    let mut failures = 0u32;
+    loop {
+        let wait = match announce(&mut ctx, event).await {
+            Ok(interval) => {
+                failures = 0;
+                event = None;
+                interval
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!("tracker announce failed: {e}");
+                (Duration::from_secs(15) * 2u32.pow(failures.min(5))).min(MAX_BACKOFF)
+            }
+        };
+        let sleep = tokio::time::sleep(wait);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => break,
+                _ = &mut stop => {
+                    let _ = tokio::time::timeout(STOP_TIMEOUT, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
+                    return;
+                }
+                changed = ctx.progress.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let seeding = ctx.progress.borrow().phase == Phase::Seeding;
+                    if seeding && !completed_sent {
+                        completed_sent = true;
+                        event = Some(AnnounceEvent::Completed);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Announces along the tiers (BEP 12): the first tracker that answers is
+/// moved to the front of its tier. Returns the interval to wait.
+async fn announce(ctx: &mut Ctx, event: Option<AnnounceEvent>) -> Result<Duration, String> {
+    let mut req = ctx.base.clone();
+    {
+        let p = ctx.progress.borrow();
+        req.uploaded = p.stats.uploaded;
+        req.downloaded = p.stats.downloaded;
+        req.left = p.stats.bytes_left;
+    }
+    req.event = event;
+    if event == Some(AnnounceEvent::Stopped) {
+        req.numwant = Some(0);
+    }
+    let mut last_err = String::from("no tracker");
+    for t in 0..ctx.tiers.len() {
+        for i in 0..ctx.tiers[t].len() {
+            let url = ctx.tiers[t][i].clone();
+            match crate::tracker::announce(&ctx.policy, &url, &req).await {
+                Ok(resp) => {
+                    let u = ctx.tiers[t].remove(i);
+                    ctx.tiers[t].insert(0, u);
+                    if let Some(w) = &resp.warning {
+                        tracing::warn!("tracker {url}: {w}");
+                    }
+                    tracing::debug!("tracker {url}: {} peers", resp.peers.len());
+                    if !resp.peers.is_empty() {
+                        let _ = ctx.tx.send(Msg::TrackerPeers(resp.peers)).await;
+                    }
+                    let secs = resp
+                        .interval
+                        .max(resp.min_interval.unwrap_or(0))
+                        .clamp(30, 3600);
+                    return Ok(Duration::from_secs(u64::from(secs)));
+                }
+                Err(e) => last_err = format!("{url}: {e}"),
+            }
+        }
+    }
+    Err(last_err)
 }

@@ -1,18 +1,225 @@
-//! `weir get`: placeholder until its owner lands it.
+//! `weir get SOURCE`: download a .torrent (BitTorrent) or an `ed2k://` link.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use weir_bt::metainfo::Metainfo;
+use weir_core::picker::Order;
+use weir_runtime::bandwidth::{Limiter, bucket};
+use weir_runtime::bt::{self, BtConfig, Phase};
 
 use crate::cmd::Ctx;
+use crate::exit::bad_input;
+use crate::progress::{Progress, Sample, parse_rate};
+
+/// Options shared by `weir get` and `weir seed`.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct TransferOpts {
+    /// Address to accept peers on (`IP:PORT`; port 0 picks one).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:6881")]
+    pub(crate) listen: SocketAddr,
+    /// Dial this peer directly (repeatable).
+    #[arg(long = "peer", value_name = "HOST:PORT")]
+    pub(crate) peers: Vec<String>,
+    /// Do not contact the torrent's trackers.
+    #[arg(long)]
+    pub(crate) no_trackers: bool,
+    /// Download cap, e.g. 20MB/s (0: unlimited).
+    #[arg(long, value_name = "RATE", default_value = "0")]
+    pub(crate) max_down: String,
+    /// Upload cap, e.g. 5MB/s (0: unlimited).
+    #[arg(long, value_name = "RATE", default_value = "0")]
+    pub(crate) max_up: String,
+    /// Most peer connections.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) max_peers: usize,
+    /// Hash all data already on disk instead of trusting resume data.
+    #[arg(long)]
+    pub(crate) recheck: bool,
+    /// Most requests in flight to one peer (default: sized from its rate
+    /// and round trip; 1 makes every block a round trip).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_requests: Option<u32>,
+    /// No progress output.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+}
 
 /// Arguments of `weir get`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Arguments (not yet parsed).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// A .torrent file, or an `ed2k://|file|...|/` link.
+    source: String,
+    /// Download directory.
+    #[arg(short = 'o', long = "out", default_value = ".")]
+    out: PathBuf,
+    /// Keep seeding after the download completes.
+    #[arg(long)]
+    seed: bool,
+    /// Download pieces in order (for streaming and previews).
+    #[arg(long)]
+    sequential: bool,
+    #[command(flatten)]
+    opts: TransferOpts,
 }
 
 /// Runs `weir get`.
-pub(crate) fn run(_ctx: &Ctx, _args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("weir get is not implemented yet")
+pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
+    if args.source.starts_with("ed2k://") {
+        return crate::cmd::ed2k::get(ctx, &args.source, &args.out, args.seed, &args.opts);
+    }
+    let meta = load_torrent(&args.source)?;
+    let order = if args.sequential {
+        Order::Sequential
+    } else {
+        Order::RarestFirst
+    };
+    run_torrent(ctx, meta, args.out, args.seed, order, &args.opts)
+}
+
+/// Reads and checks a .torrent; a bad one exits 2 naming the problem.
+pub(crate) fn load_torrent(path: &str) -> anyhow::Result<Arc<Metainfo>> {
+    let data = std::fs::read(path).map_err(|e| bad_input(format!("cannot read {path}: {e}")))?;
+    let meta = Metainfo::from_bytes(&data)
+        .map_err(|e| bad_input(format!("{path} is not a usable torrent: {e}")))?;
+    Ok(Arc::new(meta))
+}
+
+/// Resolves `HOST:PORT` peers under the policy (names only where the
+/// policy allows DNS).
+pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut out = Vec::new();
+    for p in peers {
+        if let Ok(a) = p.parse::<SocketAddr>() {
+            out.push(a);
+            continue;
+        }
+        let (host, port) = p
+            .rsplit_once(':')
+            .ok_or_else(|| bad_input(format!("--peer {p}: expected HOST:PORT")))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad_input(format!("--peer {p}: bad port")))?;
+        if host == "localhost" {
+            out.push(SocketAddr::from(([127, 0, 0, 1], port)));
+        } else if ctx.policy.allows_name_resolution() {
+            use std::net::ToSocketAddrs;
+            out.extend(
+                (host, port)
+                    .to_socket_addrs()
+                    .with_context(|| format!("resolving {host}"))?,
+            );
+        } else {
+            return Err(bad_input(format!(
+                "--peer {p}: host names are not resolved under the network policy {}; give an IP address",
+                ctx.policy
+            )));
+        }
+    }
+    Ok(out)
+}
+
+fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
+    let r = parse_rate(spec).map_err(|e| bad_input(format!("{what}: {e}")))?;
+    Ok(if r == 0 {
+        Limiter::unlimited()
+    } else {
+        Limiter::new(vec![bucket(r)])
+    })
+}
+
+/// Downloads (and with `seed`, then seeds) one torrent with progress.
+pub(crate) fn run_torrent(
+    ctx: &Ctx,
+    meta: Arc<Metainfo>,
+    out: PathBuf,
+    seed: bool,
+    order: Order,
+    opts: &TransferOpts,
+) -> anyhow::Result<ExitCode> {
+    let peers = resolve_peers(ctx, &opts.peers)?;
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async move {
+        let mut cfg = BtConfig::new(ctx.policy.clone(), out);
+        cfg.listen = Some(opts.listen);
+        cfg.peers = peers;
+        cfg.use_trackers = !opts.no_trackers;
+        cfg.seed = seed;
+        cfg.order = order;
+        cfg.max_peers = opts.max_peers;
+        cfg.recheck = opts.recheck;
+        cfg.max_requests = opts.max_requests;
+        cfg.down = limiter(&opts.max_down, "--max-down")?;
+        cfg.up = limiter(&opts.max_up, "--max-up")?;
+        let name = meta.info.name.clone();
+        let total = meta.info.total_length();
+        let handle = match bt::start(meta.clone(), cfg.clone()).await {
+            Ok(h) => h,
+            Err(bt::BtError::Listen { addr, .. }) if addr.port() == 6881 => {
+                // The default port is taken: let the system pick one.
+                cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
+                bt::start(meta, cfg).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(a) = handle.local_addr {
+            tracing::info!("listening on {a}");
+        }
+        let mut display = Progress::new(&name, total, opts.quiet);
+        let mut rx = handle.progress.clone();
+        let stopper = handle.stopper();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let mut interrupted = false;
+        let summary_task = tokio::spawn(handle.wait());
+        while !summary_task.is_finished() {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = &mut ctrl_c, if !interrupted => {
+                    interrupted = true;
+                    eprintln!("{name}: stopping (verified pieces are kept for resume)");
+                    stopper.stop().await;
+                }
+            }
+            let p = rx.borrow_and_update().clone();
+            display.update(&Sample {
+                done: p.stats.bytes_had,
+                total: p.total,
+                down_rate: p.stats.download_rate,
+                up_rate: p.stats.upload_rate,
+                peers: p.stats.peers,
+                phase: match p.phase {
+                    Phase::Checking => "checking",
+                    Phase::Downloading => "downloading",
+                    Phase::Seeding => "seeding",
+                    Phase::Done => "done",
+                },
+            });
+        }
+        let summary = summary_task.await??;
+        let secs = summary.elapsed.as_secs_f64();
+        if summary.complete {
+            display.finish(&format!(
+                "complete: {} in {:.2} s ({}), uploaded {}",
+                crate::progress::bytes(summary.stats.bytes_had),
+                secs,
+                crate::progress::rate(summary.stats.downloaded as f64 / secs.max(1e-9)),
+                crate::progress::bytes(summary.stats.uploaded)
+            ));
+            Ok(ExitCode::SUCCESS)
+        } else {
+            display.finish(&format!(
+                "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
+                summary.stats.hash_failures,
+                summary.stats.banned
+            ));
+            Ok(ExitCode::from(1))
+        }
+    })
 }

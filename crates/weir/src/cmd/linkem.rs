@@ -1,18 +1,234 @@
-//! `weir linkem`: placeholder until its owner lands it.
+//! `weir linkem`: a TCP proxy that emulates a link (one-way delay, rate cap,
+//! bounded queue, corruption, drops) between real programs. Prints
+//! `linkem listening on ADDR` on stdout when ready, then one summary line per
+//! closed connection on stderr. See `weir_runtime::linkem` for the semantics.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use crate::cmd::Ctx;
+use weir_runtime::linkem::{self, Direction, Faults, LinkConfig, parse};
 
-/// Arguments of `weir linkem`.
+use crate::cmd::Ctx;
+use crate::exit::bad_input;
+
+/// Arguments of `weir linkem` (boxed: they are large next to other
+/// subcommands').
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Arguments (not yet parsed).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    #[command(flatten)]
+    link: Box<LinkArgs>,
 }
 
-/// Runs `weir linkem`.
-pub(crate) fn run(_ctx: &Ctx, _args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("weir linkem is not implemented yet")
+/// The link emulator's options.
+#[derive(clap::Args)]
+struct LinkArgs {
+    /// Address to accept connections on (port 0: any free port; the chosen
+    /// address is printed).
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Address each accepted connection is forwarded to.
+    #[arg(long, value_name = "ADDR")]
+    connect: SocketAddr,
+    /// One-way delay added to each direction (e.g. 75ms).
+    #[arg(long, value_name = "DURATION", default_value = "0")]
+    delay: String,
+    /// Rate cap per direction (e.g. 50MB/s, 20MiB/s, 400Mbit/s); unshaped if absent.
+    #[arg(long, value_name = "RATE")]
+    rate: Option<String>,
+    /// Most bytes held per direction before linkem stops reading (should be
+    /// at least rate x delay).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB")]
+    queue: String,
+    /// Stream offsets whose byte is corrupted (XOR with a nonzero mask),
+    /// comma-separated.
+    #[arg(long = "corrupt-at", value_name = "OFF,OFF..")]
+    corrupt_at: Option<String>,
+    /// Corrupt N distinct offsets drawn uniformly from [0, --corrupt-span)
+    /// with --seed (the offsets are printed on stderr).
+    #[arg(long = "corrupt-random", value_name = "N", requires = "corrupt_span")]
+    corrupt_random: Option<usize>,
+    /// Seed for --corrupt-random.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+    /// Span of stream offsets --corrupt-random draws from (e.g. 64MiB).
+    #[arg(long = "corrupt-span", value_name = "BYTES")]
+    corrupt_span: Option<String>,
+    /// Byte ranges removed from the stream, `OFFSET:LENGTH,...`.
+    #[arg(long = "drop-at", value_name = "OFF:LEN,..")]
+    drop_at: Option<String>,
+    /// Which direction corruption and drops apply to: fwd (client to
+    /// server), rev or both.
+    #[arg(long, value_name = "DIR", default_value = "fwd")]
+    direction: String,
+}
+
+fn bad(e: parse::ParseError) -> anyhow::Error {
+    bad_input(e.to_string())
+}
+
+/// Builds the link configuration from the arguments (also used by benches
+/// through the same flags).
+fn config(a: &LinkArgs) -> anyhow::Result<LinkConfig> {
+    let delay = parse::duration(&a.delay).map_err(bad)?;
+    let rate = a
+        .rate
+        .as_deref()
+        .map(parse::rate)
+        .transpose()
+        .map_err(bad)?;
+    let queue = parse::size(&a.queue).map_err(bad)?;
+    if queue == 0 {
+        return Err(bad_input("--queue must be at least 1 byte"));
+    }
+    let mut corrupt_at = match &a.corrupt_at {
+        Some(s) => parse::offsets(s).map_err(bad)?,
+        None => Vec::new(),
+    };
+    if let Some(n) = a.corrupt_random {
+        let span = parse::size(a.corrupt_span.as_deref().unwrap_or_default()).map_err(bad)?;
+        let offs = linkem::random_offsets(n, a.seed, span).ok_or_else(|| {
+            bad_input(format!(
+                "--corrupt-random {n} exceeds --corrupt-span {span}"
+            ))
+        })?;
+        let list: Vec<String> = offs.iter().map(u64::to_string).collect();
+        eprintln!(
+            "linkem: corrupt-random {n} seed {} span {span}: offsets {}",
+            a.seed,
+            list.join(",")
+        );
+        corrupt_at.extend(offs);
+    } else if a.corrupt_span.is_some() {
+        return Err(bad_input("--corrupt-span needs --corrupt-random"));
+    }
+    let drop = match &a.drop_at {
+        Some(s) => parse::drops(s).map_err(bad)?,
+        None => Vec::new(),
+    };
+    let fault_direction: Direction = a.direction.parse().map_err(bad)?;
+    Ok(LinkConfig {
+        delay,
+        rate,
+        queue: usize::try_from(queue).map_err(|_| bad_input("--queue too large"))?,
+        faults: Faults { corrupt_at, drop },
+        fault_direction,
+    })
+}
+
+/// Runs `weir linkem` until killed.
+pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
+    let args = *args.link;
+    let cfg = config(&args)?;
+    if let Err(e) = ctx.policy.check(args.connect) {
+        return Err(bad_input(format!("--connect: {e}")));
+    }
+    if let Some(w) = cfg.bdp_warning() {
+        eprintln!("linkem: warning: {w}");
+    }
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async {
+        let l = weir_runtime::net::listen_tcp(args.listen).await?;
+        let addr = l.local_addr()?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "linkem listening on {addr}")?;
+            out.flush()?;
+        }
+        linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
+            eprintln!("{s}")
+        })
+        .await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn cfg(args: &[&str]) -> anyhow::Result<LinkConfig> {
+        let mut v = vec!["t", "--listen", "127.0.0.1:0", "--connect", "127.0.0.1:9"];
+        v.extend_from_slice(args);
+        config(&T::try_parse_from(v)?.a.link)
+    }
+
+    #[test]
+    fn flags_build_the_config() {
+        let c = cfg(&[
+            "--delay",
+            "75ms",
+            "--rate",
+            "50MB/s",
+            "--queue",
+            "8MiB",
+            "--corrupt-at",
+            "1,2",
+            "--drop-at",
+            "10:5",
+            "--direction",
+            "both",
+        ])
+        .unwrap();
+        assert_eq!(c.delay, std::time::Duration::from_millis(75));
+        assert_eq!(c.rate, Some(50_000_000));
+        assert_eq!(c.queue, 8 << 20);
+        assert_eq!(c.faults.corrupt_at, vec![1, 2]);
+        assert_eq!(c.faults.drop, vec![(10, 5)]);
+        assert_eq!(c.fault_direction, Direction::Both);
+        let d = cfg(&[]).unwrap();
+        assert_eq!(d, LinkConfig::default());
+    }
+
+    #[test]
+    fn random_corruption_is_reproducible() {
+        let a = cfg(&[
+            "--corrupt-random",
+            "3",
+            "--seed",
+            "9",
+            "--corrupt-span",
+            "1MiB",
+        ])
+        .unwrap();
+        let b = cfg(&[
+            "--corrupt-random",
+            "3",
+            "--seed",
+            "9",
+            "--corrupt-span",
+            "1MiB",
+        ])
+        .unwrap();
+        assert_eq!(a.faults.corrupt_at.len(), 3);
+        assert_eq!(a, b);
+        assert!(a.faults.corrupt_at.iter().all(|&o| o < 1 << 20));
+    }
+
+    #[test]
+    fn bad_flags_are_bad_input() {
+        for bad in [
+            &["--delay", "75"][..],
+            &["--rate", "fast"],
+            &["--queue", "0"],
+            &["--direction", "up"],
+            &["--corrupt-random", "5", "--corrupt-span", "3"],
+            &["--corrupt-span", "3"],
+            &["--drop-at", "5"],
+        ] {
+            let e = cfg(bad).unwrap_err();
+            assert!(
+                e.chain().any(|c| c.is::<crate::exit::BadInput>()) || e.is::<clap::Error>(),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 }

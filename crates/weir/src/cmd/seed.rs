@@ -1,18 +1,39 @@
-//! `weir seed`: placeholder until its owner lands it.
+//! `weir seed TORRENT DIR`: check the data in DIR and upload it; or
+//! `weir seed --ed2k FILE...`: share files over eD2k.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use weir_core::picker::Order;
+
 use crate::cmd::Ctx;
+use crate::cmd::get::{TransferOpts, load_torrent, run_torrent};
+use crate::exit::bad_input;
 
 /// Arguments of `weir seed`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Arguments (not yet parsed).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// Share these files over eD2k instead of seeding a torrent.
+    #[arg(long)]
+    ed2k: bool,
+    /// The .torrent and the directory holding its data; with `--ed2k`, the
+    /// files to share.
+    #[arg(required = true, num_args = 1..)]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    opts: TransferOpts,
 }
 
 /// Runs `weir seed`.
-pub(crate) fn run(_ctx: &Ctx, _args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("weir seed is not implemented yet")
+pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
+    if args.ed2k {
+        return crate::cmd::ed2k::seed(ctx, &args.paths, &args.opts);
+    }
+    let [torrent, dir] = args.paths.as_slice() else {
+        return Err(bad_input(
+            "usage: weir seed TORRENT DIR (or weir seed --ed2k FILE...)",
+        ));
+    };
+    let meta = load_torrent(&torrent.to_string_lossy())?;
+    run_torrent(ctx, meta, dir.clone(), true, Order::RarestFirst, &args.opts)
 }

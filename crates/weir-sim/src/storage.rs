@@ -1,0 +1,219 @@
+//! In-memory storage that executes a core's [`StorageOp`]s, with an
+//! optional disk model (a serial queue with a per-operation delay and a
+//! transfer rate).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
+
+use crate::content::Payload;
+
+/// How long storage takes. Operations run one at a time, in order.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Disk {
+    /// Fixed cost of every operation (seek, syscall, queueing).
+    pub per_op: Duration,
+    /// Bytes per second moved; 0 means infinitely fast.
+    pub rate: u64,
+}
+
+impl Disk {
+    /// A disk that costs nothing: every operation completes at once (after
+    /// the input that caused it has been handled, as a worker thread would
+    /// answer).
+    pub const INSTANT: Disk = Disk {
+        per_op: Duration::ZERO,
+        rate: 0,
+    };
+
+    fn cost(&self, bytes: u64) -> Duration {
+        let t = if self.rate == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(bytes as f64 / self.rate as f64)
+        };
+        self.per_op + t
+    }
+}
+
+enum Verify {
+    /// SHA-1 as the bytes are written (the runtime's verifier).
+    Sha1(PieceVerifier),
+    /// Compare every write with the payload: (next offset, all equal).
+    Compare(BTreeMap<u32, (u32, bool)>),
+}
+
+/// One node's storage.
+pub(crate) struct MemStorage {
+    payload: Arc<Payload>,
+    /// A leecher of a real payload keeps what it receives here.
+    store: Option<Vec<u8>>,
+    verify: Verify,
+    disk: Disk,
+    free_at: Duration,
+    /// Flip the first byte of every upload read (a lying peer).
+    pub(crate) corrupt_uploads: bool,
+}
+
+impl std::fmt::Debug for MemStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStorage")
+            .field("stored", &self.store.as_ref().map(Vec::len))
+            .field("disk", &self.disk)
+            .finish()
+    }
+}
+
+impl MemStorage {
+    /// Storage for `payload` whose pieces hash to `digests`; a seeder
+    /// serves the payload itself.
+    pub(crate) fn new(
+        payload: Arc<Payload>,
+        digests: Arc<[Digest]>,
+        seeder: bool,
+        disk: Disk,
+    ) -> Self {
+        let geo = *payload.geometry();
+        let (store, verify) = if payload.is_real() {
+            (
+                (!seeder).then(|| vec![0u8; geo.total_len() as usize]),
+                Verify::Sha1(PieceVerifier::new(geo, digests)),
+            )
+        } else {
+            (None, Verify::Compare(BTreeMap::new()))
+        };
+        Self {
+            payload,
+            store,
+            verify,
+            disk,
+            free_at: Duration::ZERO,
+            corrupt_uploads: false,
+        }
+    }
+
+    /// The bytes a leecher stored (`None` for seeders and synthetic
+    /// payloads).
+    pub(crate) fn stored(&self) -> Option<&[u8]> {
+        self.store.as_deref()
+    }
+
+    /// Executes `op` at `now`; returns when it completes and its answer.
+    pub(crate) fn execute(
+        &mut self,
+        now: Duration,
+        op: StorageOp,
+    ) -> Option<(Duration, StorageEvent)> {
+        let geo = *self.payload.geometry();
+        let (bytes, ev) = match op {
+            StorageOp::Write { piece, begin, data } => {
+                let len: usize = data.iter().map(Bytes::len).sum();
+                (len as u64, self.write(piece, begin, &data))
+            }
+            StorageOp::Abandon { piece } => {
+                match &mut self.verify {
+                    Verify::Sha1(v) => v.abandon(piece),
+                    Verify::Compare(m) => {
+                        m.remove(&piece);
+                    }
+                }
+                (0, None)
+            }
+            StorageOp::Read {
+                id,
+                piece,
+                begin,
+                len,
+            } => {
+                let data = if geo.contains(piece, begin, len) {
+                    Ok(self.read(piece, begin, len))
+                } else {
+                    Err(format!("read {piece}:{begin}+{len} outside the torrent"))
+                };
+                (u64::from(len), Some(StorageEvent::ReadDone { id, data }))
+            }
+            StorageOp::Check { piece } => {
+                let size = geo.piece_size(piece);
+                let ok = match (&self.store, &self.verify) {
+                    (Some(s), Verify::Sha1(v)) => {
+                        let at = geo.piece_offset(piece) as usize;
+                        v.check(piece, &s[at..at + size as usize])
+                    }
+                    _ => false,
+                };
+                (u64::from(size), Some(StorageEvent::PieceDone { piece, ok }))
+            }
+        };
+        let done = self.free_at.max(now) + self.disk.cost(bytes);
+        self.free_at = done;
+        ev.map(|e| (done, e))
+    }
+
+    fn read(&self, piece: u32, begin: u32, len: u32) -> Bytes {
+        let data = match &self.store {
+            Some(s) => {
+                let at = (self.payload.geometry().piece_offset(piece) + u64::from(begin)) as usize;
+                Bytes::copy_from_slice(&s[at..at + len as usize])
+            }
+            None => self.payload.slice(piece, begin, len),
+        };
+        if self.corrupt_uploads && !data.is_empty() {
+            let mut m = BytesMut::from(&data[..]);
+            m[0] ^= 0x55;
+            return m.freeze();
+        }
+        data
+    }
+
+    fn write(&mut self, piece: u32, begin: u32, data: &[Bytes]) -> Option<StorageEvent> {
+        let geo = *self.payload.geometry();
+        if let Some(s) = &mut self.store {
+            let mut at = (geo.piece_offset(piece) + u64::from(begin)) as usize;
+            for d in data {
+                let Some(dst) = s.get_mut(at..at + d.len()) else {
+                    return Some(StorageEvent::Failed {
+                        error: format!("write {piece}:{begin} past the end"),
+                    });
+                };
+                dst.copy_from_slice(d);
+                at += d.len();
+            }
+        }
+        let verdict = match &mut self.verify {
+            Verify::Sha1(v) => v.write(piece, begin, data).map_err(|e| e.to_string()),
+            Verify::Compare(m) => {
+                let (next, ok) = m.entry(piece).or_insert((0, true));
+                if begin != *next {
+                    let e = format!(
+                        "piece {piece}: write at {begin} but {} bytes were handed over so far",
+                        *next
+                    );
+                    Err(e)
+                } else {
+                    for d in data {
+                        let len = d.len() as u32;
+                        let fits =
+                            u64::from(*next) + u64::from(len) <= u64::from(geo.piece_size(piece));
+                        *ok &= fits && d[..] == self.payload.slice(piece, *next, len)[..];
+                        *next += len;
+                    }
+                    if *next >= geo.piece_size(piece) {
+                        let ok = *ok && *next == geo.piece_size(piece);
+                        m.remove(&piece);
+                        Ok(Some(ok))
+                    } else {
+                        Ok(None)
+                    }
+                }
+            }
+        };
+        match verdict {
+            Ok(Some(ok)) => Some(StorageEvent::PieceDone { piece, ok }),
+            Ok(None) => None,
+            Err(error) => Some(StorageEvent::Failed { error }),
+        }
+    }
+}

@@ -740,7 +740,15 @@ impl Sender {
     /// already on its way (a lost one is resent on timeout), and a position
     /// below one the receiver acknowledged since is history.
     fn on_zrpos(&mut self, now: Instant, p: u64) -> Result<(), SendError> {
-        let restarting = self.state == State::WaitAck && self.last_sync == Some(p) && self.syncing;
+        let resyncing = match self.state {
+            // The restart block is out; its ZACK is awaited.
+            State::WaitAck => self.syncing,
+            // The restart is decided, its block not framed yet (several
+            // ZRPOS can arrive in one read).
+            State::Data => self.sync_once,
+            _ => false,
+        };
+        let restarting = resyncing && self.last_sync == Some(p);
         if restarting || p < self.max_acked {
             self.stale_zrpos += 1;
             return Ok(());

@@ -62,17 +62,14 @@ impl Line {
         Line::from_tcp(stream)
     }
 
-    /// Listens on `addr`, accepts one connection allowed by `policy`.
-    pub fn listen(policy: &NetPolicy, addr: SocketAddr) -> io::Result<Line> {
+    /// Binds a listener on `addr`; [`LineListener::accept`] then waits for
+    /// the one connection the session runs over.
+    pub fn bind(addr: SocketAddr) -> io::Result<LineListener> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?;
-        let stream = rt.block_on(async {
-            let l = crate::net::listen_tcp(addr).await?;
-            tracing::info!("zmodem: listening on {}", l.local_addr()?);
-            crate::net::accept_tcp(policy, &l).await.map(|(s, _)| s)
-        })?;
-        Line::from_tcp(stream.into_std()?)
+        let listener = rt.block_on(crate::net::listen_tcp(addr))?;
+        Ok(LineListener { rt, listener })
     }
 
     /// Waits until input is readable (or at end), at most `timeout`
@@ -108,6 +105,27 @@ impl Line {
     /// The output side, for tuning.
     pub(crate) fn output_fd(&self) -> BorrowedFd<'_> {
         self.output.as_fd()
+    }
+}
+
+/// A bound TCP listener waiting for the session's connection.
+pub struct LineListener {
+    rt: tokio::runtime::Runtime,
+    listener: tokio::net::TcpListener,
+}
+
+impl LineListener {
+    /// The address actually bound (port 0 picks a free one).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts the first connection `policy` allows; the listener closes.
+    pub fn accept(self, policy: &NetPolicy) -> io::Result<Line> {
+        let (stream, _) = self
+            .rt
+            .block_on(crate::net::accept_tcp(policy, &self.listener))?;
+        Line::from_tcp(stream.into_std()?)
     }
 }
 

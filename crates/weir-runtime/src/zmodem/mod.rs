@@ -20,7 +20,7 @@ mod send;
 
 use std::time::Duration;
 
-pub use line::Line;
+pub use line::{Line, LineListener};
 pub use recv::{RecvOptions, RecvReport, receive_files};
 pub use send::{SendOptions, SendReport, send_files};
 

@@ -237,7 +237,10 @@ fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
                 .map_err(|_| bad_input(format!("--listen {l}: not a port")))?;
             SocketAddr::from(([0, 0, 0, 0], port))
         };
-        return Line::listen(&ctx.policy, addr).with_context(|| format!("listen on {addr}"));
+        let l = Line::bind(addr).with_context(|| format!("listen on {addr}"))?;
+        // Scripts and tests wait for this line before connecting.
+        eprintln!("weir: listening on {}", l.local_addr()?);
+        return l.accept(&ctx.policy).context("accept");
     }
     Line::stdio().context("stdin/stdout")
 }

@@ -230,14 +230,37 @@ pub(crate) fn transfer(
     };
     r_cmd.current_dir(dst);
     let (sender_p, receiver_p, mut others, caps) = match wire {
-        Wire::SocketPair | Wire::Pipes => {
-            let ((s_in, s_out), (r_in, r_out)) = local_wire(wire);
+        Wire::SocketPair => {
+            let (a, b) = UnixStream::pair().unwrap();
+            let ((s_in, s_out), (r_in, r_out)) =
+                (stdio_pair(OwnedFd::from(a)), stdio_pair(OwnedFd::from(b)));
             s_cmd.args(files).stdin(s_in).stdout(s_out);
             if matches!(receiver, Peer::Weir(_)) {
                 r_cmd.arg(&dst_s);
             }
             r_cmd.stdin(r_in).stdout(r_out);
             let (sp, sc) = spawn_captured("sender", s_cmd, matches!(sender, Peer::Weir(_)), None);
+            let (rp, rc) =
+                spawn_captured("receiver", r_cmd, matches!(receiver, Peer::Weir(_)), None);
+            (sp, rp, Vec::new(), vec![sc, rc])
+        }
+        Wire::Pipes => {
+            // Two pipes: the sender's stdin and stdout, handed to the
+            // receiver the other way round.
+            s_cmd
+                .args(files)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+            let (mut sp, sc) =
+                spawn_captured("sender", s_cmd, matches!(sender, Peer::Weir(_)), None);
+            let to_sender = sp.take_stdin().expect("sender stdin pipe");
+            let from_sender = sp.take_stdout().expect("sender stdout pipe");
+            if matches!(receiver, Peer::Weir(_)) {
+                r_cmd.arg(&dst_s);
+            }
+            r_cmd
+                .stdin(Stdio::from(from_sender))
+                .stdout(Stdio::from(to_sender));
             let (rp, rc) =
                 spawn_captured("receiver", r_cmd, matches!(receiver, Peer::Weir(_)), None);
             (sp, rp, Vec::new(), vec![sc, rc])
@@ -373,35 +396,12 @@ fn spawn_captured(
         cmd.stderr(Stdio::inherit());
         return (Proc::spawn(name, &mut cmd).expect("spawn"), None);
     }
-    let (r, w) = io::pipe().expect("pipe");
-    cmd.stderr(w);
+    // A socketpair carries the child's stderr (a pipe would need Rust 1.87).
+    let (r, w) = UnixStream::pair().expect("socketpair");
+    cmd.stderr(Stdio::from(OwnedFd::from(w)));
     let p = Proc::spawn(name, &mut cmd).expect("spawn");
     drop(cmd);
     (p, Some(Captured::start(r, ready)))
-}
-
-fn local_wire(wire: &Wire) -> ((Stdio, Stdio), (Stdio, Stdio)) {
-    match wire {
-        Wire::SocketPair => {
-            let (a, b) = UnixStream::pair().unwrap();
-            (stdio_pair(OwnedFd::from(a)), stdio_pair(OwnedFd::from(b)))
-        }
-        Wire::Pipes => {
-            let (r1, w1) = io::pipe().unwrap();
-            let (r2, w2) = io::pipe().unwrap();
-            (
-                (
-                    Stdio::from(OwnedFd::from(r1)),
-                    Stdio::from(OwnedFd::from(w2)),
-                ),
-                (
-                    Stdio::from(OwnedFd::from(r2)),
-                    Stdio::from(OwnedFd::from(w1)),
-                ),
-            )
-        }
-        Wire::Tcp { .. } => unreachable!(),
-    }
 }
 
 /// Writes `files` into `dir`; returns their names.

@@ -274,8 +274,16 @@ fn gate_weir_to_weir() {
 }
 
 #[test]
-fn gate_25ms_rtt() {
+fn gate_25ms_rtt_weir_sz_to_lrzsz_rz() {
     gate(Dir::WeirToRz, 3, Some("12500us"), 400, 33_000);
+}
+
+#[test]
+fn gate_25ms_rtt_lrzsz_sz_to_weir_rz() {
     gate(Dir::SzToWeir, 3, Some("12500us"), 500, 34_000);
+}
+
+#[test]
+fn gate_25ms_rtt_weir_to_weir() {
     gate(Dir::WeirToWeir, 3, Some("12500us"), 600, 35_000);
 }

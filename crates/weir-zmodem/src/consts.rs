@@ -126,6 +126,18 @@ pub mod zrinit {
     pub const ESC8: u8 = 0x80;
 }
 
+/// ZRINIT ZF1 flags.
+pub mod zrinit1 {
+    /// Variable-length headers (unused by lrzsz and weir).
+    pub const CANVHDR: u8 = 0x01;
+    /// lrzsz: the receiver asks for a time sync.
+    pub const TIMESYNC: u8 = 0x02;
+    /// weir extension (a bit no other implementation defines): the receiver
+    /// skips any amount of stale data after a line error, so a sender may
+    /// keep more in flight. Senders that do not know it ignore it.
+    pub const STALE_OK: u8 = 0x80;
+}
+
 /// ZSINIT ZF0 flag: the transmitter expects control characters escaped.
 pub const TESCCTL: u8 = 0x40;
 

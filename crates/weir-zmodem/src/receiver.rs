@@ -674,7 +674,7 @@ impl Receiver {
         let [lo, hi] = self.cfg.buffer.to_le_bytes();
         self.send_hex(Header {
             frame_type: frame::ZRINIT,
-            data: [lo, hi, 0, flags],
+            data: [lo, hi, crate::consts::zrinit1::STALE_OK, flags],
         });
         self.arm(now);
     }

@@ -50,6 +50,9 @@ pub struct SenderConfig {
     /// line (pipes, relays, ssh). `None`: pure streaming, bounded only by the
     /// driver's kernel buffer cap (for a high bandwidth-delay link).
     pub stream_window: Option<u32>,
+    /// The streaming bound used instead when the receiver says it skips any
+    /// amount of stale data (weir's `rz`, ZRINIT ZF1 `STALE_OK`).
+    pub stream_window_stale_ok: Option<u32>,
     /// Use CRC-32 when the receiver can.
     pub crc32: bool,
     /// Escape every control byte (and tell the receiver with ZSINIT).
@@ -75,6 +78,7 @@ impl Default for SenderConfig {
             window: None,
             segment: None,
             stream_window: Some(256 * 1024),
+            stream_window_stale_ok: Some(4 * 1024 * 1024),
             crc32: true,
             escape_ctl: false,
             resume: false,
@@ -119,6 +123,8 @@ pub enum SendEvent {
     ReceiverReady {
         /// ZF0 capability flags.
         flags: u8,
+        /// ZF1 flags (`consts::zrinit1`).
+        flags1: u8,
         /// Receiver buffer size (0: full streaming).
         buffer: u16,
     },
@@ -562,6 +568,12 @@ impl Sender {
         (self.window.is_none() || self.stream_acks) && self.segment.is_none()
     }
 
+    /// The most bytes kept unacknowledged (streaming bound or window), if
+    /// bounded. Known once the receiver's ZRINIT arrived.
+    pub fn in_flight_bound(&self) -> Option<u64> {
+        self.window
+    }
+
     /// Whether acknowledgements flow during data (windowed, segmented, or
     /// streaming with a bound): the driver turns Nagle off then.
     pub fn wants_acks(&self) -> bool {
@@ -684,8 +696,11 @@ impl Sender {
     fn on_zrinit(&mut self, now: Instant, h: Header) -> Result<(), SendError> {
         let flags = h.zf0();
         let buffer = u16::from_le_bytes([h.data[0], h.data[1]]);
-        self.events
-            .push_back(SendEvent::ReceiverReady { flags, buffer });
+        self.events.push_back(SendEvent::ReceiverReady {
+            flags,
+            flags1: h.zf1(),
+            buffer,
+        });
         self.crc = if self.cfg.crc32 && flags & zrinit::CANFC32 != 0 {
             CrcKind::Crc32
         } else {
@@ -715,10 +730,12 @@ impl Sender {
             self.block = self.block.min((w / 4) as usize).max(32);
         } else if self.segment.is_none() {
             // Streaming: acknowledgements without stopping, bounded in flight.
-            self.window = self
-                .cfg
-                .stream_window
-                .map(|w| u64::from(w.max(4 * self.block as u32)));
+            let bound = if h.zf1() & crate::consts::zrinit1::STALE_OK != 0 {
+                self.cfg.stream_window_stale_ok
+            } else {
+                self.cfg.stream_window
+            };
+            self.window = bound.map(|w| u64::from(w.max(4 * self.block as u32)));
             self.stream_acks = self.window.is_some();
         }
         if let Some(s) = self.segment {

@@ -104,7 +104,15 @@ pub fn send_files(
         while let Some(ev) = s.poll_event() {
             match ev {
                 SendEvent::ReceiverReady { .. } => {
-                    let cap = if s.streaming() { opts.sndbuf } else { None };
+                    // The kernel cap never undercuts the in-flight bound the
+                    // core keeps (larger toward a receiver that skips stale
+                    // data), and only applies to streaming.
+                    let bound = s.in_flight_bound().unwrap_or(0) as usize;
+                    let cap = if s.streaming() {
+                        opts.sndbuf.map(|c| c.max(bound))
+                    } else {
+                        None
+                    };
                     tune_output(line.output_fd(), cap, s.wants_acks());
                 }
                 SendEvent::FileStarted { file, offset } => {

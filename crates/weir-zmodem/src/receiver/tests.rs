@@ -91,8 +91,9 @@ fn announces_like_rz_and_answers_zrqinit() {
     let t = Instant::now(); // test-epoch
     let mut r = Receiver::new(ReceiverConfig::default(), t);
     let w = take(&mut r);
-    // flags CANFC32|CANOVIO|CANFDX = 0x23 in ZF0, buffer 0: full streaming
-    assert!(w.starts_with(b"**\x18B0100000023"));
+    // flags CANFC32|CANOVIO|CANFDX = 0x23 in ZF0, buffer 0: full streaming;
+    // ZF1 carries weir's STALE_OK hint (0x80).
+    assert!(w.starts_with(b"**\x18B0100008023"));
     r.handle_input(t, &Wire::new().hex(Header::with_pos(frame::ZRQINIT, 0)).v)
         .unwrap();
     assert_eq!(take(&mut r), w);
@@ -111,7 +112,7 @@ fn data_is_checked_acked_and_flushed_in_order() {
     r.handle_input(t, &w.v).unwrap();
     assert_eq!(
         decode_headers(&take(&mut r)),
-        vec![(frame::ZACK, 11), (frame::ZRINIT, 0x2300_0000)]
+        vec![(frame::ZACK, 11), (frame::ZRINIT, 0x2380_0000)]
     );
     let Some(RecvEvent::Data { offset: 0, data }) = r.poll_event() else {
         panic!()

@@ -276,6 +276,7 @@ fn skip_moves_to_the_next_file_and_cancel_stops() {
         s.poll_event(),
         Some(SendEvent::ReceiverReady {
             flags: LRZSZ_FLAGS,
+            flags1: 0,
             buffer: 0
         })
     );
@@ -350,4 +351,22 @@ fn streaming_asks_for_acks_and_bounds_what_is_in_flight() {
     };
     let s = started(cfg, 1 << 20, t);
     assert!(s.streaming() && !s.wants_acks());
+}
+
+#[test]
+fn a_receiver_that_skips_stale_data_gets_a_larger_bound() {
+    let t = Instant::now(); // test-epoch
+    let mut s = Sender::new(SenderConfig::default(), vec![offer(1 << 24)], t).unwrap();
+    take(&mut s);
+    let [lo, hi] = 0u16.to_le_bytes();
+    let weir_zrinit = hex(Header {
+        frame_type: frame::ZRINIT,
+        data: [lo, hi, crate::consts::zrinit1::STALE_OK, LRZSZ_FLAGS],
+    });
+    s.handle_input(t, &weir_zrinit).unwrap();
+    assert_eq!(s.in_flight_bound(), Some(4 << 20));
+    let mut lrz = Sender::new(SenderConfig::default(), vec![offer(1 << 24)], t).unwrap();
+    take(&mut lrz);
+    lrz.handle_input(t, &zrinit(LRZSZ_FLAGS, 0)).unwrap();
+    assert_eq!(lrz.in_flight_bound(), Some(256 << 10));
 }

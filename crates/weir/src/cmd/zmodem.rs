@@ -88,8 +88,10 @@ pub(crate) struct SzArgs {
 
     /// In streaming mode, still ask for an acknowledgement every BYTES/4
     /// (without stopping) and keep at most BYTES unacknowledged, so a line
-    /// error costs a bounded retransmission whatever buffers the line has.
-    /// 0 streams unbounded (with --sndbuf 0, for a high bandwidth-delay link).
+    /// error costs a bounded retransmission whatever buffers the line has
+    /// (lrzsz `rz` gives up after ~1 MiB of stale data). A weir receiver,
+    /// which skips any amount, gets 4 MiB. 0 streams unbounded (with
+    /// --sndbuf 0, for a high bandwidth-delay link).
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024)]
     stream_window: u32,
 

@@ -90,3 +90,6 @@ pub enum ZmodemError {
 
 /// How often byte progress is reported at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests;

@@ -175,6 +175,60 @@ fn weir_to_weir_every_mode_and_wire() {
     }
 }
 
+#[test]
+fn resume_a_partial_file_both_ways() {
+    if !lrzsz_present() {
+        return;
+    }
+    for weir_sends in [true, false] {
+        let src = TempDir::new("zm-src").unwrap();
+        let dst = TempDir::new("zm-dst").unwrap();
+        let sent = files(false);
+        let names = write_files(src.path(), &sent);
+        // A partial copy from an earlier, interrupted transfer.
+        let keep = 1_000_000;
+        std::fs::write(dst.path().join(&names[0]), &sent[0].1[..keep]).unwrap();
+        let (s, r, at) = if weir_sends {
+            // rz resumes at a 1 KiB boundary.
+            (Peer::weir(&["-r"]), Peer::lrzsz(&["-q"]), keep & !1023)
+        } else {
+            (Peer::lrzsz(&["-q", "-r"]), Peer::weir(&[]), keep)
+        };
+        let wire = Wire::SocketPair;
+        let o = transfer(None, &wire, &s, &r, &names, src.path(), dst.path(), LIMIT);
+        o.assert_success();
+        assert_received(dst.path(), &sent, &format!("resume: {}", o.what));
+        assert!(
+            o.weir_stderr.contains(&format!("resuming at {at}")),
+            "{}: did not resume at {at}:\n{}",
+            o.what,
+            o.weir_stderr
+        );
+    }
+}
+
+#[test]
+fn a_file_over_4_gib_is_refused_before_anything_is_sent() {
+    let src = TempDir::new("zm-big").unwrap();
+    let big = src.path().join("big.img");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(5 << 30).unwrap(); // sparse
+    let out = std::process::Command::new(weir())
+        .env("WEIR_ALLOW", "127.0.0.0/8")
+        .args(["sz", "-q"])
+        .arg(&big)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "exit code for bad input");
+    assert!(out.stdout.is_empty(), "nothing was sent on the line");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("4294967295") && err.contains("32-bit"),
+        "{err}"
+    );
+}
+
 // ---- the error-recovery gate ---------------------------------------------
 
 const GATE_SIZE: usize = 64 * 1024 * 1024;

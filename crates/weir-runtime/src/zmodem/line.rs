@@ -23,14 +23,24 @@ pub(crate) const READ_CHUNK: usize = 256 * 1024;
 pub struct Line {
     input: File,
     output: File,
+    /// Terminal settings to restore when the session ends (stdio on a tty).
+    _tty: Option<RawTty>,
 }
 
 impl Line {
-    /// The process's stdin and stdout, as lrzsz uses them.
+    /// The process's stdin and stdout, as lrzsz uses them. A terminal is put
+    /// in raw mode (no echo, no line editing, no CR/LF translation, no
+    /// signals from ^C, 8 bits) until the line is dropped, as lrzsz does, so
+    /// binary data passes untouched.
     pub fn stdio() -> io::Result<Line> {
         let input = File::from(io::stdin().as_fd().try_clone_to_owned()?);
         let output = File::from(io::stdout().as_fd().try_clone_to_owned()?);
-        Ok(Line { input, output })
+        let tty = RawTty::enter(input.as_fd()).or_else(|| RawTty::enter(output.as_fd()));
+        Ok(Line {
+            input,
+            output,
+            _tty: tty,
+        })
     }
 
     /// Any pair of file descriptors (pipes, socketpair ends, a socket twice).
@@ -38,6 +48,7 @@ impl Line {
         Line {
             input: File::from(input),
             output: File::from(output),
+            _tty: None,
         }
     }
 
@@ -48,6 +59,7 @@ impl Line {
         Ok(Line {
             input: File::from(OwnedFd::from(stream)),
             output,
+            _tty: None,
         })
     }
 
@@ -126,6 +138,51 @@ impl LineListener {
             .rt
             .block_on(crate::net::accept_tcp(policy, &self.listener))?;
         Line::from_tcp(stream.into_std()?)
+    }
+}
+
+/// A terminal switched to raw mode; its previous settings come back on drop.
+struct RawTty {
+    fd: OwnedFd,
+    saved: libc::termios,
+}
+
+impl RawTty {
+    /// Raw mode on `fd` if it is a terminal (`None` otherwise).
+    fn enter(fd: BorrowedFd<'_>) -> Option<RawTty> {
+        let fd = fd.try_clone_to_owned().ok()?;
+        #[allow(unsafe_code)]
+        // SAFETY: `termios` is a plain C struct of integers and arrays, for
+        // which all-zero bytes are a valid value; tcgetattr/cfmakeraw/
+        // tcsetattr only read and write the struct we pass by reference,
+        // and `fd` is an open descriptor owned here. tcgetattr fails (and we
+        // return None) when `fd` is not a terminal.
+        unsafe {
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(fd.as_raw_fd(), &mut saved) != 0 {
+                return None;
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            // Reads return what is there, at least one byte.
+            raw.c_cc[libc::VMIN] = 1;
+            raw.c_cc[libc::VTIME] = 0;
+            if libc::tcsetattr(fd.as_raw_fd(), libc::TCSADRAIN, &raw) != 0 {
+                return None;
+            }
+            Some(RawTty { fd, saved })
+        }
+    }
+}
+
+impl Drop for RawTty {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: restores settings read from this same open descriptor;
+        // tcsetattr only reads the struct passed by reference.
+        unsafe {
+            libc::tcsetattr(self.fd.as_raw_fd(), libc::TCSADRAIN, &self.saved);
+        }
     }
 }
 

@@ -410,6 +410,7 @@ impl Torrent {
             Message::NotInterested => {
                 p.peer_interested = false;
                 p.requests.clear();
+                self.on_not_interested(conn, now);
             }
             Message::Have { index } => self.on_have(conn, index, now),
             Message::Bitfield(bits) => match Bitfield::from_bytes(&bits, self.geo.piece_count()) {

@@ -31,6 +31,9 @@ use crate::escape::Escaper;
 use crate::fileinfo::FileInfo;
 use crate::frame::{FrameEnd, Header, HeaderFormat, encode_header};
 
+/// Stale data after which an unanswered ZRPOS is sent again.
+const ZRPOS_AGAIN_AFTER: u64 = 8 * 1024 * 1024;
+
 /// How the receiver behaves.
 #[derive(Clone, Debug)]
 pub struct ReceiverConfig {
@@ -196,6 +199,8 @@ pub struct Receiver {
     pos: u64,
     accepting: bool,
     zrpos_outstanding: bool,
+    /// Garbage count when the outstanding ZRPOS was sent.
+    zrpos_garbage: u64,
     o_count: u8,
     retransmits: u64,
 }
@@ -222,6 +227,7 @@ impl Receiver {
             pos: 0,
             accepting: false,
             zrpos_outstanding: false,
+            zrpos_garbage: 0,
             o_count: 0,
             retransmits: 0,
         };
@@ -261,9 +267,19 @@ impl Receiver {
                 self.scratch.clear();
                 r?;
             }
-            if self.dec.garbage() > self.cfg.max_garbage {
-                let g = self.dec.garbage();
+            let g = self.dec.garbage();
+            if g > self.cfg.max_garbage {
                 return self.fail(RecvError::GarbageExceeded(g));
+            }
+            if self.zrpos_outstanding
+                && self.state == State::Receiving
+                && g >= self.zrpos_garbage + ZRPOS_AGAIN_AFTER
+            {
+                // Still no header for our position after this much stale
+                // data: our ZRPOS may have been lost on the way back.
+                self.zrpos_garbage = g;
+                self.count_error()?;
+                self.request_retransmit(now, RetransmitReason::Resync);
             }
         }
         if self.verified() >= self.cfg.flush_at {
@@ -611,6 +627,7 @@ impl Receiver {
 
     fn send_zrpos(&mut self) {
         self.zrpos_outstanding = true;
+        self.zrpos_garbage = self.dec.garbage();
         self.send_hex(Header::with_pos(frame::ZRPOS, self.pos as u32));
     }
 

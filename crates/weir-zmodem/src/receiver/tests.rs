@@ -246,3 +246,32 @@ fn hostile_inputs_fail_cleanly() {
     assert_eq!(decode_headers(&take(&mut r)), vec![(frame::ZSKIP, 0)]);
     assert_eq!(r.poll_event(), None);
 }
+
+#[test]
+fn a_lost_zrpos_is_sent_again_after_much_stale_data() {
+    let t = Instant::now(); // test-epoch
+    let mut r = receiving(t);
+    let mut bad = Wire::new()
+        .bin(Header::with_pos(frame::ZDATA, 0))
+        .sub(&[1u8; 1000], FrameEnd::Crcg, CrcKind::Crc32)
+        .v;
+    bad[20] ^= 0x01;
+    r.handle_input(t, &bad).unwrap();
+    assert_eq!(decode_headers(&take(&mut r)), vec![(frame::ZRPOS, 0)]);
+    // The sender never saw it and keeps streaming: 7 MiB pass quietly...
+    let chunk = Wire::new()
+        .sub(&[7u8; 8192], FrameEnd::Crcg, CrcKind::Crc32)
+        .v;
+    let mut sent = 0;
+    while sent < 7 << 20 {
+        r.handle_input(t, &chunk).unwrap();
+        sent += chunk.len();
+    }
+    assert!(take(&mut r).is_empty());
+    // ...past 8 MiB the ZRPOS goes out again.
+    while sent < 9 << 20 {
+        r.handle_input(t, &chunk).unwrap();
+        sent += chunk.len();
+    }
+    assert_eq!(decode_headers(&take(&mut r)), vec![(frame::ZRPOS, 0)]);
+}

@@ -14,6 +14,21 @@
 //!
 //! ZMODEM positions are 32-bit: files over 4 GiB - 1 are refused with
 //! [`SendError::FileTooLarge`].
+//!
+//! # Line errors
+//!
+//! A receiver that sees a bad frame asks for the last good position with
+//! ZRPOS and must then skip everything already in flight; lrzsz `rz` gives
+//! up after roughly 1 MiB of such stale data. So the sender keeps what is
+//! unacknowledged bounded even when streaming: it asks for a ZACK with
+//! ZCRCQ (which does not stop the stream) every quarter of its bound and
+//! frames new data only while the bound has room — 256 KiB by default, or
+//! 4 MiB toward a receiver that announces it skips any amount of stale data
+//! (weir's own, ZRINIT ZF1 [`consts::zrinit1::STALE_OK`]). After a restart
+//! the first block ends with ZCRCW, as lsz does; repeated ZRPOS for that
+//! position (rz sends one per ~40 KB of garbage it skips) are ignored.
+//! The receiver sends one ZRPOS per error and waits for the sender's new
+//! ZDATA header (or its timer, or 8 MiB more stale data) before asking again.
 
 pub mod consts;
 pub mod crc;

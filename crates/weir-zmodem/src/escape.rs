@@ -81,7 +81,7 @@ impl Escaper {
 
     /// Appends `data`, escaped, to `out`.
     ///
-    /// Blocks of 64 bytes are scanned with [`crate::scan::mask64`]; between
+    /// Blocks of 64 bytes are scanned with SSE2 candidate masks; between
     /// candidates whole 64-byte windows are copied (the output is sized
     /// ahead, with slack) and only the cursor moves, so a run costs one
     /// fixed-size copy. The last 128 bytes go through the scalar path.

@@ -27,5 +27,5 @@ bash .ci/check-layers
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --workspace --profile ci -- --test-threads="${WEIR_TEST_THREADS:-2}"
+cargo test --workspace --profile ci --no-fail-fast -- --test-threads="${WEIR_TEST_THREADS:-2}"
 echo "== all tests passed"

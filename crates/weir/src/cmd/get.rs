@@ -168,6 +168,7 @@ pub(crate) fn run_torrents(
         base.up = limiter(&opts.max_up, "--max-up")?;
         let multi = indicatif::MultiProgress::new();
         let mut running = Vec::new();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(metas.len().max(1));
         for (i, meta) in metas.into_iter().enumerate() {
             let mut cfg = base.clone();
             let port = if opts.listen.port() == 0 {
@@ -194,21 +195,27 @@ pub(crate) fn run_torrents(
                 meta.info.total_length(),
                 opts.quiet,
             );
-            running.push((
-                meta,
-                handle.progress.clone(),
-                handle.stopper(),
-                display,
-                tokio::spawn(handle.wait()),
-            ));
+            let progress = handle.progress.clone();
+            let stopper = handle.stopper();
+            let done = done_tx.clone();
+            let task = tokio::spawn(async move {
+                let r = handle.wait().await;
+                let _ = done.send(()).await;
+                r
+            });
+            running.push((meta, progress, stopper, display, task));
         }
+        drop(done_tx);
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::pin!(ctrl_c);
         let mut interrupted = false;
-        while running.iter().any(|r| !r.4.is_finished()) {
+        let mut finished = 0;
+        // Ends the moment the last torrent does (not on the next tick).
+        while finished < running.len() {
             tokio::select! {
                 _ = tick.tick() => {}
+                Some(()) = done_rx.recv() => finished += 1,
                 _ = &mut ctrl_c, if !interrupted => {
                     interrupted = true;
                     eprintln!("stopping (verified pieces are kept for resume)");

@@ -109,8 +109,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     warm_page_cache(dir.path(), size)?;
 
     let ns = Netns::new("bench-bt")?;
-    let mut tracker = Tracker::start(&ns, a(TRACKER), &[info.info_hash_hex()])?;
+    let _tracker = Tracker::start(&ns, a(TRACKER), &[info.info_hash_hex()])?;
     let seeder = bt::start_seed(&ns, &Client::LibtorrentHps, &torrent, &data, a(SEED))?;
+    // The seeder announces once at start and then every half hour: the
+    // tracker must keep knowing it, so it is never restarted in between.
+    wait_tracker_seeder(&ns, &info.info_hash_hex())?;
     let mut report = Report::new(
         "bt-single",
         cfg,
@@ -130,7 +133,6 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                 cfg.runs,
                 c.name()
             );
-            tracker.restart()?;
             let r = leech_once(&ns, c, &torrent, &data, &dir, size);
             match r {
                 Ok(r) => report.add_run(
@@ -214,6 +216,39 @@ fn leech_once(
         .context("downloaded file differs from the seed's")?;
     let _ = std::fs::remove_dir_all(&out);
     Ok(result)
+}
+
+/// Waits until the tracker lists a seeder of the torrent (HTTP scrape from
+/// inside the namespace, bounded retries).
+fn wait_tracker_seeder(ns: &Netns, info_hash_hex: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let q: String = (0..info_hash_hex.len() / 2)
+        .map(|i| format!("%{}", &info_hash_hex[2 * i..2 * i + 2]))
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let complete = ns.run_in(|| -> anyhow::Result<bool> {
+            let mut s = std::net::TcpStream::connect(TRACKER)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            write!(s, "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {TRACKER}\r\n\r\n")?;
+            let mut body = Vec::new();
+            s.read_to_end(&mut body)?;
+            let text = String::from_utf8_lossy(&body);
+            Ok(text
+                .split("8:completei")
+                .nth(1)
+                .and_then(|t| t.split('e').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 1))
+        })?;
+        if complete {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the tracker never listed the seeder");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Writes and deletes a file as large as the payload: on a fresh virtual

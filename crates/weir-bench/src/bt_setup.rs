@@ -266,6 +266,76 @@ pub fn weir_in(cfg: &BenchConfig, ns: &Netns) -> std::process::Command {
     c
 }
 
+/// How a weir process run by [`run_weir`] ended.
+#[derive(Debug)]
+pub struct WeirRun {
+    /// Exit status; `None` when it was stopped at `stop_after`.
+    pub status: Option<std::process::ExitStatus>,
+    /// CPU, RSS and context switches (`wait4`).
+    pub usage: weir_lab::Usage,
+    /// Seconds from spawn to exit (or to the stop).
+    pub seconds: f64,
+    /// Its stderr (progress and summary lines).
+    pub stderr: String,
+}
+
+impl WeirRun {
+    /// Whether it exited by itself with status 0.
+    pub fn succeeded(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Seconds in weir's own summary line (`... complete: SIZE in 3.21 s
+    /// (...)`), measured by weir from its start to completion.
+    pub fn reported_seconds(&self) -> Option<f64> {
+        let line = self
+            .stderr
+            .lines()
+            .rev()
+            .find(|l| l.contains("complete: "))?;
+        let rest = &line[line.find("complete: ")?..];
+        let after = &rest[rest.find(" in ")? + 4..];
+        after.split(" s").next()?.trim().parse().ok()
+    }
+}
+
+/// Runs `weir ARGS` inside `ns` (loopback policy added), logging to
+/// `log_dir`. With `stop_after`, ends it by PID at that moment if it is
+/// still running (a measurement window, not a failure); otherwise waits
+/// for it to exit, at most `timeout` (then it is ended and this fails).
+pub fn run_weir(
+    cfg: &BenchConfig,
+    ns: &Netns,
+    name: &str,
+    args: &[String],
+    log_dir: &Path,
+    stop_after: Option<Duration>,
+    timeout: Duration,
+) -> anyhow::Result<WeirRun> {
+    let mut c = weir_in(cfg, ns);
+    c.args(args);
+    let mut p = Proc::spawn_logged(name, &mut c, log_dir)?;
+    let limit = stop_after.unwrap_or(timeout).min(timeout);
+    let (status, usage) = match p.wait_timeout(limit)? {
+        Some((st, u)) => (Some(st), u),
+        None if stop_after.is_some_and(|s| s <= timeout) => {
+            let (_, u) = p.kill_tree()?;
+            (None, u)
+        }
+        None => return Err(p.failure(&format!("{name} did not finish within {timeout:?}"))),
+    };
+    let stderr = p
+        .stderr_log()
+        .and_then(|l| std::fs::read_to_string(l).ok())
+        .unwrap_or_default();
+    Ok(WeirRun {
+        status,
+        seconds: usage.wall_s,
+        usage,
+        stderr,
+    })
+}
+
 /// An emulated link: one-way delay per direction, rate cap per direction
 /// and queue bound, as `weir linkem` takes them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -608,12 +678,62 @@ pub fn finish_series(series: &mut Series, done: Option<f64>, payload: u64) {
     }
 }
 
+/// Accepts one connection on `l` within `timeout` (the listener is made
+/// non-blocking and polled every millisecond, so a peer that never comes
+/// cannot hang the bench); the connection is returned blocking.
+pub fn accept_within(
+    l: &std::net::TcpListener,
+    timeout: Duration,
+) -> anyhow::Result<std::net::TcpStream> {
+    l.set_nonblocking(true)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match l.accept() {
+            Ok((c, _)) => {
+                c.set_nonblocking(false)?;
+                return Ok(c);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    bail!("no connection within {timeout:?}");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e).context("accept"),
+        }
+    }
+}
+
 /// The 1, 5 and 15 minute load averages (`/proc/loadavg`), as text.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// Parses a rate such as `20MB/s`, `5MiB/s`, `500kB/s` or plain bytes/s
+/// (decimal k/M/G, binary Ki/Mi/Gi), as weir's `--max-down` takes it.
+pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim().trim_end_matches("/s");
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .with_context(|| format!("bad rate {s:?} (e.g. 20MB/s)"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1_048_576.0,
+        "gib" => 1_073_741_824.0,
+        u => bail!("bad rate {s:?}: unknown unit {u:?}"),
+    };
+    Ok((n * mult).round() as u64)
 }
 
 /// Bytes as MiB.
@@ -682,6 +802,28 @@ mod tests {
         let mut g = s.clone();
         finish_series(&mut g, None, 250);
         assert_eq!(g, s);
+    }
+
+    #[test]
+    fn parses_rates_and_summaries() {
+        assert_eq!(parse_rate("20MB/s").unwrap(), 20_000_000);
+        assert_eq!(parse_rate("5MiB/s").unwrap(), 5 << 20);
+        assert_eq!(parse_rate("1500").unwrap(), 1500);
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("5 parsecs").is_err());
+        let r = WeirRun {
+            status: None,
+            usage: weir_lab::Usage::default(),
+            seconds: 1.0,
+            stderr: "x: downloading 5%\nramp.bin: complete: 268.4 MB in 3.21 s (83.6 MB/s), uploaded 0 B\n".into(),
+        };
+        assert_eq!(r.reported_seconds(), Some(3.21));
+        assert!(!r.succeeded());
+        let none = WeirRun {
+            stderr: "stopped at 5%".into(),
+            ..r
+        };
+        assert_eq!(none.reported_seconds(), None);
     }
 
     #[test]

@@ -39,8 +39,8 @@ use weir_lab::{Netns, TempDir};
 
 use crate::BenchConfig;
 use crate::bt_setup::{
-    LinkSpec, Linkem, Payload, SeederKind, Series, announce_as, finish_series, load_average, mib,
-    sample_rx_while, start_seeder, value_at, weir_leecher,
+    LinkSpec, Linkem, Payload, SeederKind, Series, accept_within, announce_as, finish_series,
+    load_average, mib, sample_rx_while, start_seeder, value_at, weir_leecher,
 };
 use crate::chart;
 use crate::report::{Metric, Report};
@@ -208,8 +208,10 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             let labels = [l.name(), seeder_label];
             match leech_once(&setup, l, port) {
                 Ok(o) => {
-                    let mut values: Vec<f64> =
-                        TIMES.iter().map(|&t| mib(value_at(&o.series, t))).collect();
+                    let mut values: Vec<f64> = TIMES
+                        .iter()
+                        .map(|&t| mib(value_at(&o.series, t).min(size as f64)))
+                        .collect();
                     values.push(o.done.unwrap_or(f64::NAN));
                     values.push(o.cpu);
                     report.add_run(&labels, &values);
@@ -410,7 +412,6 @@ fn plain_stream(s: &Setup<'_>, emu: SocketAddrV4, size: u64) -> anyhow::Result<O
     let listener =
         s.ns.try_run_in(|| TcpListener::bind(src))?
             .with_context(|| format!("binding the plain sender on {src}"))?;
-    listener.set_nonblocking(true)?;
     let _linkem = Linkem::start(s.cfg, s.ns, emu, SocketAddr::V4(src), &s.link)?;
     let timeout = s.timeout;
     std::thread::scope(|sc| -> anyhow::Result<Outcome> {
@@ -433,20 +434,7 @@ fn plain_stream(s: &Setup<'_>, emu: SocketAddrV4, size: u64) -> anyhow::Result<O
 /// Accepts one connection (bounded wait) and writes `size` bytes in
 /// 256 KiB buffers, then closes its write side.
 fn send_all(l: &TcpListener, size: u64, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    let mut c = loop {
-        match l.accept() {
-            Ok((c, _)) => break c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    bail!("plain sender: no connection within {timeout:?}");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(e).context("plain sender: accept"),
-        }
-    };
-    c.set_nonblocking(false)?;
+    let mut c = accept_within(l, timeout).context("plain sender")?;
     c.set_write_timeout(Some(timeout))?;
     let buf = vec![0x5au8; 256 * 1024];
     let mut left = size;

@@ -24,10 +24,10 @@
 //! Seeder (`--set seeder=lt-hps`, default; or `weir`, `libtorrent`): one
 //! process for the whole bench, dialled by every leecher through the
 //! emulator. Other options: `delay=75ms`, `rate=50MB/s`, `queue=4MiB`
-//! (linkem's), `sample_ms=100`, `timeout_s=150`, `piece_kib=1024`;
+//! (linkem's), `sample_ms=100`, `timeout_s=90`, `piece_kib=1024`;
 //! `--size-mib` (default 1024), `--runs` (default 3; 1 is enough to see
-//! the shape). Writes `ramp-<UTC>.{json,md,png}` and `.series.json` (every
-//! sample of every run).
+//! the shape). Writes `ramp-<UTC>.{json,md,png}`, `.first5s.png` (the
+//! first seconds enlarged) and `.series.json` (every sample of every run).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -59,6 +59,9 @@ pub const KEYS: &[&str] = &[
 
 /// The times (seconds from leecher start) the table reports.
 pub const TIMES: [f64; 6] = [1.0, 2.0, 5.0, 10.0, 20.0, 40.0];
+
+/// Seconds shown by the second, zoomed chart.
+const ZOOM_S: f64 = 5.0;
 
 const SEEDER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 6881);
 const LEECHER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
@@ -137,7 +140,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         queue: cfg.get("queue").map(str::to_string),
     };
     let every = Duration::from_millis(cfg.get_or("sample_ms", 100u64)?.max(10));
-    let timeout = Duration::from_secs(cfg.get_or("timeout_s", 150u64)?);
+    let timeout = Duration::from_secs(cfg.get_or("timeout_s", 90u64)?);
     let piece = cfg.get_or("piece_kib", 1024u64)? * 1024;
     let load_before = load_average();
 
@@ -182,6 +185,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     metrics.push(Metric::new("CPU s", 2));
     let mut report = Report::new("ramp", cfg, &["leecher", "seeder"], metrics);
     let mut chart_series = Vec::new();
+    let mut zoom_series = Vec::new();
     let mut all_series = Vec::new();
     let mut port = 7000u16;
     for run in 0..cfg.runs {
@@ -230,6 +234,10 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                         chart_series.push(chart::Series::cumulative_mib(
                             l.name(),
                             &clip(&o.series, TIMES[TIMES.len() - 1] + 2.0),
+                        ));
+                        zoom_series.push(chart::Series::cumulative_mib(
+                            l.name(),
+                            &clip(&o.series, ZOOM_S),
                         ));
                     }
                     all_series.push(serde_json::json!({
@@ -293,7 +301,18 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             ),
             &chart_series,
         )?;
-        println!("chart: {}", png.display());
+        let zoom = report
+            .path_stem()
+            .with_extension(format!("first{ZOOM_S}s.png"));
+        chart::cumulative_mib(
+            &zoom,
+            &format!(
+                "ramp: the first {ZOOM_S} s, {} (run 1)",
+                setup.link.describe()
+            ),
+            &zoom_series,
+        )?;
+        println!("charts: {} and {}", png.display(), zoom.display());
     }
     println!("wrote {} and {}", json.display(), md.display());
     Ok(())

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(python3-libtorrent transmission-daemon transmission-cli aria2 opentracker
-      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time)
+      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -25,7 +25,7 @@ cargo fmt --all -- --check
 echo "== layer check (no tokio below weir-runtime)"
 bash .ci/check-layers
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --release -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --workspace --release -- --test-threads="${WEIR_TEST_THREADS:-2}"
+cargo test --workspace --profile ci -- --test-threads="${WEIR_TEST_THREADS:-2}"
 echo "== all tests passed"

@@ -11,6 +11,7 @@ pub mod bt;
 pub mod ed2k;
 pub mod linkem;
 pub mod net;
+pub mod peerconn;
 pub mod storage;
 pub mod tracker;
 pub mod zmodem;

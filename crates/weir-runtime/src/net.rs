@@ -26,6 +26,27 @@ pub async fn connect_tcp(policy: &NetPolicy, addr: SocketAddr) -> io::Result<Tcp
     TcpStream::connect(addr).await
 }
 
+/// Connects to `addr` from `local` (when given and not unspecified), so
+/// the peer and trackers see the address we listen on, if the policy
+/// allows `addr`.
+pub async fn connect_tcp_from(
+    policy: &NetPolicy,
+    local: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+) -> io::Result<TcpStream> {
+    refuse(policy, addr, "connect to")?;
+    let Some(ip) = local.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4()) else {
+        return TcpStream::connect(addr).await;
+    };
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.bind(SocketAddr::new(ip, 0))?;
+    sock.connect(addr).await
+}
+
 /// Binds a listener on `addr`. Binding sends nothing; connections it
 /// accepts are checked by [`accept_tcp`].
 pub async fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use weir_bt::tracker::{AnnounceRequest, AnnounceResponse, udp};
 use weir_core::policy::NetPolicy;
 
-use crate::net::{PolicedUdp, connect_tcp};
+use crate::net::{PolicedUdp, connect_tcp_from};
 
 /// How long to wait and how much to accept.
 #[derive(Clone, Debug)]
@@ -40,6 +40,9 @@ pub struct Options {
     pub udp_tries: u32,
     /// How long a UDP connection id stays valid (BEP 15: one minute).
     pub udp_connection_ttl: Duration,
+    /// Send from this address (the one we listen on), so the tracker
+    /// records the address peers can reach.
+    pub local_ip: Option<IpAddr>,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             udp_base_timeout: Duration::from_secs(15),
             udp_tries: 4,
             udp_connection_ttl: Duration::from_secs(60),
+            local_ip: None,
         }
     }
 }
@@ -308,7 +312,7 @@ async fn http_announce(
     let mut last: Option<(SocketAddr, io::Error)> = None;
     let mut stream = None;
     for &addr in addrs {
-        match connect_tcp(policy, addr).await {
+        match connect_tcp_from(policy, opts.local_ip, addr).await {
             Ok(s) => {
                 stream = Some((addr, s));
                 break;
@@ -433,10 +437,12 @@ async fn udp_announce(
         .copied()
         .find(|a| policy.allows(a.ip()))
         .unwrap_or(addrs[0]);
-    let local: SocketAddr = if addr.is_ipv6() {
-        "[::]:0".parse().expect("literal")
-    } else {
-        "0.0.0.0:0".parse().expect("literal")
+    let local: SocketAddr = match opts.local_ip {
+        Some(ip) if !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4() => {
+            SocketAddr::new(ip, 0)
+        }
+        _ if addr.is_ipv6() => "[::]:0".parse().expect("literal"),
+        _ => "0.0.0.0:0".parse().expect("literal"),
     };
     let sock = PolicedUdp::bind(policy, local).await?;
     let ipv6 =

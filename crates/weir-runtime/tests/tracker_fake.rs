@@ -37,6 +37,7 @@ fn opts() -> Options {
         udp_base_timeout: Duration::from_millis(100),
         udp_tries: 3,
         udp_connection_ttl: Duration::from_secs(60),
+        local_ip: None,
     }
 }
 

@@ -391,10 +391,10 @@ impl Torrent {
             return;
         };
         p.last_recv_at = now;
-        let first = !p.got_first_message;
-        if !matches!(msg, Message::Extended { .. } | Message::KeepAlive) {
-            p.got_first_message = true;
-        }
+        // Clients differ in when they send a bitfield: after the extension
+        // handshake and allowed-fast messages, after haves, and aria2 even
+        // sends one again mid-session. A bitfield is accepted whenever it
+        // comes and merged with what the peer was known to have.
         match msg {
             Message::KeepAlive | Message::Port(_) | Message::Suggest { .. } => {}
             Message::AllowedFast { .. } => {}
@@ -410,22 +410,15 @@ impl Torrent {
             Message::NotInterested => {
                 p.peer_interested = false;
                 p.requests.clear();
+                self.on_not_interested(conn, now);
             }
             Message::Have { index } => self.on_have(conn, index, now),
-            Message::Bitfield(bits) => {
-                if !first {
-                    return self.fail(conn, "bitfield after other messages".into());
-                }
-                match Bitfield::from_bytes(&bits, self.geo.piece_count()) {
-                    Ok(b) => self.on_bitfield(conn, b, now),
-                    Err(e) => self.fail(conn, e.to_string()),
-                }
-            }
+            Message::Bitfield(bits) => match Bitfield::from_bytes(&bits, self.geo.piece_count()) {
+                Ok(b) => self.on_bitfield(conn, b, now),
+                Err(e) => self.fail(conn, e.to_string()),
+            },
             Message::HaveAll | Message::HaveNone if !p.fast => {
                 self.fail(conn, "fast-extension message without the fast bit".into())
-            }
-            Message::HaveAll | Message::HaveNone if !first => {
-                self.fail(conn, "have-all/none after other messages".into())
             }
             Message::HaveAll => self.on_bitfield(conn, Bitfield::full(self.geo.piece_count()), now),
             Message::HaveNone => {}
@@ -506,8 +499,20 @@ impl Torrent {
 
     // ---- download side -------------------------------------------------
 
-    fn on_bitfield(&mut self, conn: ConnId, bits: Bitfield, now: Instant) {
+    fn on_bitfield(&mut self, conn: ConnId, mut bits: Bitfield, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.has.is_seed() {
+            return;
+        }
+        if let Has::Some(before) = &p.has {
+            // Haves (or an earlier bitfield) came first: forget them and
+            // count the union once.
+            self.picker
+                .peer_left(weir_core::picker::PeerHas::Some(before));
+            for i in before.iter_ones() {
+                bits.set(i);
+            }
+        }
         p.has = if bits.is_full() {
             Has::All
         } else {
@@ -522,7 +527,6 @@ impl Torrent {
 
     fn on_have(&mut self, conn: ConnId, index: u32, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
-        p.got_first_message = true;
         let newly = match &mut p.has {
             Has::All => false,
             Has::Nothing(b) => {

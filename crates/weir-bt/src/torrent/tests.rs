@@ -350,11 +350,8 @@ fn protocol_violations_disconnect_and_count() {
     let data = payload(4 * PIECE as usize);
     let cases: Vec<(&str, Vec<Message>)> = vec![
         (
-            "bitfield after other messages",
-            vec![
-                Message::Interested,
-                Message::Bitfield(Bytes::from_static(&[0xf0])),
-            ],
+            "bitfield of 2 bytes for 4 pieces",
+            vec![Message::Bitfield(Bytes::from_static(&[0x80, 0]))],
         ),
         (
             "unrequested block",

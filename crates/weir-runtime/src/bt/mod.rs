@@ -34,8 +34,8 @@ use weir_core::policy::NetPolicy;
 use weir_core::storage::{FileLayout, StorageEvent};
 
 use crate::bandwidth::Limiter;
+use crate::peerconn::{self, ConnEvent, Outgoing};
 use crate::storage::{DiskStorage, StorageConfig, load_resume};
-use conn::Outgoing;
 
 /// How to run one torrent.
 #[derive(Clone, Debug)]
@@ -223,23 +223,15 @@ pub(crate) enum Msg {
         addr: SocketAddr,
         error: String,
     },
-    Messages {
-        conn: ConnId,
-        msgs: Vec<Message>,
-    },
-    ReadError {
-        conn: ConnId,
-        reason: String,
-    },
-    Closed {
-        conn: ConnId,
-    },
-    Sent {
-        conn: ConnId,
-        bytes: u64,
-    },
+    Conn(ConnEvent<Message>),
     TrackerPeers(Vec<SocketAddr>),
     Stop,
+}
+
+impl From<ConnEvent<Message>> for Msg {
+    fn from(e: ConnEvent<Message>) -> Self {
+        Msg::Conn(e)
+    }
 }
 
 /// The layout of a torrent's files under `out_dir`.
@@ -360,6 +352,8 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         completed_at: None,
         tracker: None,
         listen_port: local_addr.map_or(0, |a| a.port()),
+        listener: None,
+        accept_task: None,
     };
     let task = tokio::spawn(driver.run(rx, storage_rx, listener));
     Ok(BtHandle {
@@ -404,6 +398,8 @@ struct Driver {
     completed_at: Option<Instant>,
     tracker: Option<tracker_glue::Announcer>,
     listen_port: u16,
+    listener: Option<TcpListener>,
+    accept_task: Option<JoinHandle<()>>,
 }
 
 impl Driver {
@@ -413,22 +409,13 @@ impl Driver {
         mut storage_rx: mpsc::UnboundedReceiver<StorageEvent>,
         listener: Option<TcpListener>,
     ) -> Result<Summary, BtError> {
-        if let Some(l) = listener {
-            let tx = self.tx.clone();
-            let policy = self.cfg.policy.clone();
-            let ours = self.torrent.handshake();
-            tokio::spawn(async move {
-                while let Ok((stream, addr)) = crate::net::accept_tcp(&policy, &l).await {
-                    tokio::spawn(conn::accept(stream, addr, ours, tx.clone()));
-                }
-            });
-        }
         for p in self.cfg.peers.clone() {
             self.add_known(p);
         }
         let mut report = tokio::time::interval(Duration::from_millis(250));
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fatal = None;
+        self.listener = listener;
         self.after_input(&mut fatal);
         if !self.torrent.is_checking() {
             self.begin();
@@ -481,8 +468,20 @@ impl Driver {
         self.completed_at.is_some() && !self.cfg.seed
     }
 
-    /// Starts peer activity once the start-up check is over.
+    /// Starts peer activity once the start-up check is over: accepting
+    /// (connections that arrive while checking wait in the backlog),
+    /// announcing, dialling.
     fn begin(&mut self) {
+        if let Some(l) = self.listener.take() {
+            let tx = self.tx.clone();
+            let policy = self.cfg.policy.clone();
+            let ours = self.torrent.handshake();
+            self.accept_task = Some(tokio::spawn(async move {
+                while let Ok((stream, addr)) = crate::net::accept_tcp(&policy, &l).await {
+                    tokio::spawn(conn::accept(stream, addr, ours, tx.clone()));
+                }
+            }));
+        }
         if self.torrent.is_complete() && self.completed_at.is_none() {
             self.completed_at = Some(Instant::now());
         }
@@ -517,23 +516,23 @@ impl Driver {
                     k.next_try = now + backoff;
                 }
             }
-            Msg::Messages { conn, msgs } => {
+            Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
                 for m in msgs {
                     self.torrent.handle_message(conn, m, now);
                 }
             }
-            Msg::ReadError { conn, reason } => {
+            Msg::Conn(ConnEvent::ReadError { conn, reason }) => {
                 if let Some(c) = self.conns.get(&conn) {
                     tracing::info!("peer {}: {reason}; disconnected", c.addr);
                 }
                 self.torrent.peer_error(conn, reason, now);
                 self.drop_conn(conn);
             }
-            Msg::Closed { conn } => {
+            Msg::Conn(ConnEvent::Closed { conn }) => {
                 self.torrent.remove_peer(conn, now);
                 self.drop_conn(conn);
             }
-            Msg::Sent { conn, bytes } => self.torrent.on_sent(conn, bytes, now),
+            Msg::Conn(ConnEvent::Sent { conn, bytes }) => self.torrent.on_sent(conn, bytes, now),
             Msg::TrackerPeers(peers) => {
                 for p in peers {
                     self.add_known(p);
@@ -574,15 +573,15 @@ impl Driver {
         let (rd, wr) = stream.into_split();
         let (wtx, wrx) = mpsc::unbounded_channel();
         let limits = Limits::new(self.torrent.geometry().piece_count());
-        let reader = tokio::spawn(conn::reader(
+        let reader = tokio::spawn(peerconn::reader(
             conn,
             rd,
             leftover,
-            limits,
+            conn::WireDecoder(limits),
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(conn::writer(
+        tokio::spawn(peerconn::writer::<Message, Msg>(
             conn,
             wr,
             wrx,
@@ -659,6 +658,13 @@ impl Driver {
     }
 
     fn add_known(&mut self, addr: SocketAddr) {
+        let me = self.cfg.listen.map(|l| (l.ip(), self.listen_port));
+        if me.is_some_and(|(ip, port)| {
+            port == addr.port()
+                && (ip == addr.ip() || ip.is_unspecified() && addr.ip().is_loopback())
+        }) {
+            return; // ourselves, as the tracker saw us
+        }
         if !self.cfg.policy.allows(addr.ip()) {
             tracing::warn!(
                 "peer {addr} ignored: outside network policy {}",
@@ -697,6 +703,7 @@ impl Driver {
             room -= 1;
             tokio::spawn(conn::dial(
                 self.cfg.policy.clone(),
+                self.cfg.listen.map(|a| a.ip()),
                 *addr,
                 ours,
                 self.tx.clone(),
@@ -721,6 +728,9 @@ impl Driver {
     }
 
     async fn shutdown(&mut self) {
+        if let Some(t) = self.accept_task.take() {
+            t.abort();
+        }
         self.publish();
         self.progress.send_modify(|p| p.phase = Phase::Done);
         if let Some(t) = self.tracker.take() {

@@ -16,6 +16,8 @@ use super::{BtConfig, Msg, Phase, Progress};
 
 /// Longest wait between retries of a failing announce.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Re-announce after this many seconds while downloading with no peer.
+const STARVING_REANNOUNCE: u32 = 15;
 /// How long a `stopped` announce may take at shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -28,6 +30,7 @@ pub(crate) struct Announcer {
 
 struct Ctx {
     policy: NetPolicy,
+    opts: crate::tracker::Options,
     tiers: Vec<Vec<String>>,
     base: AnnounceRequest,
     tx: mpsc::Sender<Msg>,
@@ -64,8 +67,13 @@ impl Announcer {
             ])),
             compact: true,
         };
+        let opts = crate::tracker::Options {
+            local_ip: cfg.listen.map(|a| a.ip()),
+            ..Default::default()
+        };
         let ctx = Ctx {
             policy: cfg.policy.clone(),
+            opts,
             tiers,
             base,
             tx,
@@ -149,7 +157,7 @@ async fn announce(ctx: &mut Ctx, event: Option<AnnounceEvent>) -> Result<Duratio
     for t in 0..ctx.tiers.len() {
         for i in 0..ctx.tiers[t].len() {
             let url = ctx.tiers[t][i].clone();
-            match crate::tracker::announce(&ctx.policy, &url, &req).await {
+            match crate::tracker::announce_with(&ctx.policy, &url, &req, &ctx.opts).await {
                 Ok(resp) => {
                     let u = ctx.tiers[t].remove(i);
                     ctx.tiers[t].insert(0, u);
@@ -160,11 +168,14 @@ async fn announce(ctx: &mut Ctx, event: Option<AnnounceEvent>) -> Result<Duratio
                     if !resp.peers.is_empty() {
                         let _ = ctx.tx.send(Msg::TrackerPeers(resp.peers)).await;
                     }
-                    let secs = resp
-                        .interval
-                        .max(resp.min_interval.unwrap_or(0))
-                        .clamp(30, 3600);
-                    return Ok(Duration::from_secs(u64::from(secs)));
+                    let mut secs = resp.interval.max(resp.min_interval.unwrap_or(0));
+                    // Starving (downloading with no peer): ask again as
+                    // soon as the tracker allows, not after the full interval.
+                    let p = ctx.progress.borrow();
+                    if p.phase == Phase::Downloading && p.stats.peers == 0 {
+                        secs = secs.min(resp.min_interval.unwrap_or(0).max(STARVING_REANNOUNCE));
+                    }
+                    return Ok(Duration::from_secs(u64::from(secs.clamp(15, 3600))));
                 }
                 Err(e) => last_err = format!("{url}: {e}"),
             }

@@ -1,0 +1,265 @@
+//! A framed peer connection's two tasks, for every protocol: a reader that
+//! reads large chunks (reserving from the download cap first), decodes them
+//! in place and forwards batches of messages, and a writer that sends
+//! shared buffers with vectored writes (control runs never wait for the
+//! upload cap; block runs are paid for before they start) and reports each
+//! write back for upload backpressure.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
+
+use crate::bandwidth::Limiter;
+
+/// Bytes each read may fill. Large, so a fast peer costs few syscalls and
+/// wake-ups (`SEEDS.md` section 1).
+pub const READ_BUF: usize = 512 * 1024;
+/// Refill the read buffer when less than this is free.
+const MIN_FREE: usize = 64 * 1024;
+/// Most slices in one vectored write.
+const MAX_IOV: usize = 512;
+
+/// Takes whole messages off the front of a receive buffer (zero copy:
+/// payloads are split off and frozen). A protocol's codec behind a trait so
+/// one reader serves every protocol.
+pub trait Decode: Send + 'static {
+    /// A decoded message.
+    type Msg: Send + 'static;
+    /// `Ok(None)`: need more bytes. An error ends the connection.
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Msg>, String>;
+}
+
+/// What a connection's tasks report to their driver.
+#[derive(Debug)]
+pub enum ConnEvent<M> {
+    /// Messages decoded from one read, in order.
+    Messages {
+        /// The connection.
+        conn: u32,
+        /// The messages.
+        msgs: Vec<M>,
+    },
+    /// The peer sent something undecodable, or the socket failed.
+    ReadError {
+        /// The connection.
+        conn: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The peer closed the connection.
+    Closed {
+        /// The connection.
+        conn: u32,
+    },
+    /// The writer wrote this many bytes.
+    Sent {
+        /// The connection.
+        conn: u32,
+        /// Bytes written.
+        bytes: u64,
+    },
+}
+
+/// What the writer sends: whole messages.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// Chunks, written in order with vectored writes.
+    pub data: Vec<Bytes>,
+    /// Block data bytes in `data` (0: control messages only).
+    pub payload: u64,
+}
+
+/// Reads, decodes in place and forwards message batches to the driver.
+pub async fn reader<D, T>(
+    conn: u32,
+    mut rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    mut decoder: D,
+    down: Limiter,
+    tx: mpsc::Sender<T>,
+) where
+    D: Decode,
+    T: From<ConnEvent<D::Msg>>,
+{
+    loop {
+        let mut msgs = Vec::new();
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(m)) => msgs.push(m),
+                Ok(None) => break,
+                Err(e) => {
+                    if !msgs.is_empty() {
+                        let _ = tx.send(ConnEvent::Messages { conn, msgs }.into()).await;
+                    }
+                    let _ = tx
+                        .send(
+                            ConnEvent::ReadError {
+                                conn,
+                                reason: e.to_string(),
+                            }
+                            .into(),
+                        )
+                        .await;
+                    return;
+                }
+            }
+        }
+        if !msgs.is_empty()
+            && tx
+                .send(ConnEvent::Messages { conn, msgs }.into())
+                .await
+                .is_err()
+        {
+            return;
+        }
+        if buf.capacity() - buf.len() < MIN_FREE {
+            buf.reserve(READ_BUF);
+        }
+        let want = buf.capacity() - buf.len();
+        let grant = down.acquire(want).await;
+        let n = match rd.read_buf(&mut (&mut buf).limit(grant)).await {
+            Ok(n) => n,
+            Err(e) => {
+                down.refund(grant);
+                let _ = tx
+                    .send(
+                        ConnEvent::ReadError {
+                            conn,
+                            reason: e.to_string(),
+                        }
+                        .into(),
+                    )
+                    .await;
+                return;
+            }
+        };
+        down.refund(grant - n);
+        if n == 0 {
+            let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
+            return;
+        }
+    }
+}
+
+/// A run of messages to write: control messages (`payload == 0`) or
+/// blocks (`payload` = their data bytes, which the upload cap charges).
+#[derive(Debug)]
+struct Unit {
+    data: VecDeque<Bytes>,
+    payload: u64,
+    paid: bool,
+}
+
+/// Writes what the driver queues, as vectored writes over shared buffers,
+/// and reports each write back (upload backpressure). Under an upload cap a
+/// block run is paid for before it starts; control runs never wait and go
+/// ahead of block runs that are waiting for tokens (messages are never
+/// split). Ends, after flushing, when the driver drops its sender.
+pub async fn writer<M, T>(
+    conn: u32,
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    up: Limiter,
+    tx: mpsc::Sender<T>,
+) where
+    T: From<ConnEvent<M>>,
+{
+    let mut queue: VecDeque<Unit> = VecDeque::new();
+    let mut credit: u64 = 0;
+    let mut open = true;
+    let unlimited = up.is_unlimited();
+    loop {
+        if queue.is_empty() {
+            if !open {
+                let _ = wr.shutdown().await;
+                return;
+            }
+            match rx.recv().await {
+                Some(o) => queue.extend(unit(o, unlimited)),
+                None => open = false,
+            }
+            continue;
+        }
+        while let Ok(o) = rx.try_recv() {
+            queue.extend(unit(o, unlimited));
+        }
+        if !queue[0].paid {
+            // Control runs queued behind go first.
+            if let Some(at) = queue.iter().position(|u| u.payload == 0) {
+                let u = queue.remove(at).expect("position is valid");
+                queue.push_front(u);
+                continue;
+            }
+            let need = queue[0].payload - credit.min(queue[0].payload);
+            let want = usize::try_from(need).unwrap_or(usize::MAX);
+            tokio::select! {
+                g = up.acquire(want) => credit += g as u64,
+                o = rx.recv(), if open => match o {
+                    Some(o) => queue.extend(unit(o, unlimited)),
+                    None => open = false,
+                },
+            }
+            if credit >= queue[0].payload {
+                credit -= queue[0].payload;
+                queue[0].paid = true;
+            }
+            continue;
+        }
+        let slices: Vec<IoSlice<'_>> = queue
+            .iter()
+            .take_while(|u| u.paid)
+            .flat_map(|u| u.data.iter())
+            .take(MAX_IOV)
+            .map(|b| IoSlice::new(b))
+            .collect();
+        let n = match wr.write_vectored(&slices).await {
+            Ok(0) | Err(_) => {
+                let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        drop(slices);
+        let mut adv = n;
+        while adv > 0 {
+            let u = queue.front_mut().expect("wrote queued bytes");
+            let front = u.data.front_mut().expect("units are never empty");
+            if adv >= front.len() {
+                adv -= front.len();
+                u.data.pop_front();
+                if u.data.is_empty() {
+                    queue.pop_front();
+                }
+            } else {
+                front.advance(adv);
+                adv = 0;
+            }
+        }
+        if tx
+            .send(
+                ConnEvent::Sent {
+                    conn,
+                    bytes: n as u64,
+                }
+                .into(),
+            )
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
+    let data: VecDeque<Bytes> = o.data.into_iter().filter(|b| !b.is_empty()).collect();
+    (!data.is_empty()).then_some(Unit {
+        data,
+        payload: o.payload,
+        paid: unlimited || o.payload == 0,
+    })
+}

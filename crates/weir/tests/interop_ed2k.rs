@@ -1,0 +1,933 @@
+//! eD2k interop with aMule 2.3.3's own programs.
+//!
+//! - `weir hash --ed2k` agrees with `alcc` (aMule's offline hasher) on the
+//!   file hash and part hashes for sizes around the part boundary, and with
+//!   amuled itself (its `known.met`) on the file hash and the AICH master
+//!   hash, which alcc does not print.
+//! - amuled logs into `weir ed2k-server`, publishes its files and asks it
+//!   for sources; a weir-codec client then gets amuled as a source.
+//!
+//! amuled runs in a network namespace the test creates (only `lo`); with
+//! env `CI` set a missing program or namespace support fails the test.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Bytes, BytesMut};
+use weir_ed2k::packet::{Decoder, Limits};
+use weir_ed2k::server::{ClientToServer, ServerToClient};
+use weir_ed2k::tag::{self, TagValue};
+use weir_ed2k::wire::Reader;
+use weir_ed2k::{AichHash, Md4Hash, PARTSIZE};
+use weir_lab::amule::{Amule, AmuleConfig};
+use weir_lab::{Netns, Proc, TempDir, ci};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// Deterministic pseudo-random bytes (xorshift64*), different per seed.
+fn write_file(path: &Path, size: u64, seed: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut left = size;
+    while left > 0 {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let w = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+        let n = left.min(8) as usize;
+        f.write_all(&w[..n])?;
+        left -= n as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+const SIZES: [u64; 7] = [
+    0,
+    1,
+    PARTSIZE - 1,
+    PARTSIZE,
+    PARTSIZE + 1,
+    2 * PARTSIZE,
+    2 * PARTSIZE + 1,
+];
+
+/// (size, hash, part hashes, aich) from one link line.
+fn parse_link(line: &str) -> anyhow::Result<(u64, String, Option<String>, Option<String>)> {
+    let f: Vec<&str> = line.trim().split('|').collect();
+    if f.len() < 6 || f[0] != "ed2k://" || f[1] != "file" {
+        bail!("not a file link: {line}");
+    }
+    let mut parts = None;
+    let mut aich = None;
+    for x in &f[5..] {
+        if let Some(p) = x.strip_prefix("p=") {
+            parts = Some(p.to_ascii_uppercase());
+        }
+        if let Some(h) = x.strip_prefix("h=") {
+            aich = Some(h.to_string());
+        }
+    }
+    Ok((f[3].parse()?, f[4].to_ascii_uppercase(), parts, aich))
+}
+
+fn weir_hash(files: &[PathBuf], parts: bool) -> anyhow::Result<Vec<String>> {
+    let mut c = Command::new(WEIR);
+    c.args(["hash", "--ed2k"]);
+    if parts {
+        c.arg("--parts");
+    }
+    let out = c.args(files).output()?;
+    if !out.status.success() {
+        bail!("weir hash failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+fn boundary_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let p = dir.join(format!("f{i}_{size}.bin"));
+            write_file(&p, size, i as u64 + 1)?;
+            Ok(p)
+        })
+        .collect()
+}
+
+#[test]
+fn hash_matches_alcc_around_part_boundaries() -> anyhow::Result<()> {
+    // alcc is aMule's offline hasher: it opens no socket.
+    if !ci::require_program("alcc")? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-alcc")?;
+    let files = boundary_files(dir.path())?;
+    let ours = weir_hash(&files, true)?;
+    assert_eq!(ours.len(), files.len());
+    for (file, mine) in files.iter().zip(&ours) {
+        let out = Command::new("alcc").arg("-p").arg(file).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs = text
+            .lines()
+            .find(|l| l.starts_with("ed2k://"))
+            .with_context(|| format!("alcc printed no link for {}: {text}", file.display()))?;
+        let (s1, h1, p1, a1) = parse_link(mine)?;
+        let (s2, h2, p2, _) = parse_link(theirs)?;
+        assert_eq!(
+            (s1, &h1),
+            (s2, &h2),
+            "{}\n weir: {mine}\n alcc: {theirs}",
+            file.display()
+        );
+        assert_eq!(p1, p2, "part hashes of {}", file.display());
+        assert_eq!(
+            a1.is_some(),
+            s1 > 0,
+            "AICH printed for non-empty files: {mine}"
+        );
+    }
+    // The exact multiple carries the empty-part hash last.
+    let (_, _, p, _) = parse_link(&ours[3])?;
+    assert!(p.unwrap().ends_with("31D6CFE0D16AE931B73C59D7E0C089C0"));
+    Ok(())
+}
+
+/// Entries of a known.met: hash -> (size, AICH master hash).
+fn read_known_met(bytes: &[u8]) -> anyhow::Result<Vec<(Md4Hash, u64, Option<String>)>> {
+    let mut r = Reader::new(Bytes::copy_from_slice(bytes));
+    let header = r.u8("header")?;
+    if header != 0x0E && header != 0x0F {
+        bail!("known.met header {header:#x}");
+    }
+    let n = r.u32("count")?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        r.u32("date")?;
+        let hash = r.md4("hash")?;
+        let parts = r.u16("parts")?;
+        r.bytes(parts as usize * 16, "part hashes")?;
+        let tags = tag::decode_list(&mut r)?;
+        let size = tag::find(&tags, 0x02).and_then(|t| t.as_int()).unwrap_or(0)
+            | tag::find(&tags, 0x3A).and_then(|t| t.as_int()).unwrap_or(0) << 32;
+        let aich = tag::find(&tags, 0x27).and_then(|t| match &t.value {
+            TagValue::Str(s) => Some(String::from_utf8_lossy(s).into_owned()),
+            _ => None,
+        });
+        out.push((hash, size, aich));
+    }
+    Ok(out)
+}
+
+fn lab_ready() -> anyhow::Result<bool> {
+    Ok(ci::require_program("amuled")?
+        && ci::require_program("amulecmd")?
+        && ci::require_root_and_netns()?)
+}
+
+#[test]
+fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-known")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let mut files = boundary_files(&share)?;
+    files.remove(0); // amuled does not share empty files
+    // Odd splits: 3 parts plus one block and a bit (AICH left/right rule).
+    let odd = share.join("odd.bin");
+    write_file(&odd, 3 * PARTSIZE + 184_321, 99)?;
+    files.push(odd);
+    let ours = weir_hash(&files, false)?;
+
+    let ns = Netns::new("ed2k-known")?;
+    let mut cfg = AmuleConfig::new("weirknown", Ipv4Addr::LOCALHOST);
+    cfg.shared_dirs.push(share.clone());
+    let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
+    // amuled writes known.met when its hashing task ends: wait for it to
+    // hold every file (bounded).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let known = loop {
+        if let Some(b) = amule.known_met() {
+            if let Ok(k) = read_known_met(&b) {
+                if k.len() >= files.len() && k.iter().all(|e| e.2.is_some()) {
+                    break k;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "amuled did not hash the files in time:\n{}",
+                amule.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    for line in &ours {
+        let (size, hash, _, aich) = parse_link(line)?;
+        let entry = known
+            .iter()
+            .find(|e| e.0.to_hex() == hash)
+            .with_context(|| {
+                format!("amuled has no file with hash {hash} ({size} bytes): {known:?}")
+            })?;
+        assert_eq!(entry.1, size);
+        let aich = aich.expect("weir printed h=");
+        assert_eq!(
+            entry.2.as_deref(),
+            Some(aich.as_str()),
+            "AICH of the {size}-byte file"
+        );
+        AichHash::from_base32(&aich)?;
+    }
+    amule.stop()?;
+    Ok(())
+}
+
+/// Lines a child prints, delivered as they come.
+fn line_reader(p: &mut Proc) -> mpsc::Receiver<String> {
+    let out = p.take_stdout().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    deadline: Instant,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return Ok(l),
+            Ok(_) => {}
+            Err(_) => bail!("timed out waiting for {what}"),
+        }
+    }
+}
+
+#[test]
+fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-srv")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let shared = share.join("published.bin");
+    write_file(&shared, PARTSIZE + 5, 7)?;
+    let (_, shared_hash, _, _) = parse_link(&weir_hash(&[shared], false)?[0])?;
+
+    // aMule drops servers (and sources) in 127.0.0.0/8 (IsGoodIP), so the
+    // server and amuled sit on two namespaces joined by a veth pair.
+    let net = 200 + (std::process::id() % 50) as u8;
+    let srv_ns = Netns::new("ed2k-srv")?;
+    let mule_ns = Netns::new("ed2k-mule")?;
+    Netns::link_pair(
+        &srv_ns,
+        &mule_ns,
+        &format!("10.231.{net}.1/24"),
+        &format!("10.231.{net}.2/24"),
+    )?;
+    let server_ip = Ipv4Addr::new(10, 231, net, 1);
+    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let server_addr = SocketAddrV4::new(server_ip, 4661);
+    let mut cmd = srv_ns.command(WEIR);
+    cmd.args([
+        "--allow",
+        &format!("10.231.{net}.0/24"),
+        "ed2k-server",
+        "--listen",
+    ])
+    .arg(server_addr.to_string())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+
+    let mut cfg = AmuleConfig::new("weirsrv", mule_ip);
+    cfg.shared_dirs.push(share.clone());
+    cfg.lab_server = Some(server_addr);
+    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    let login = wait_line(&lines, deadline, "amuled's login", |l| {
+        l.starts_with("login ")
+    })?;
+    assert!(login.contains(&format!("addr={mule_ip}:4662")), "{login}");
+    wait_line(&lines, deadline, "amuled's file offer", |l| {
+        l.starts_with("offer ") && !l.contains("total=0")
+    })?;
+    let status = amule.status()?;
+    assert!(status.contains("Connected"), "amuled status: {status}");
+
+    // amuled asks the server for sources of a file it wants.
+    let wanted = "ed2k://|file|wanted.bin|19456001|0123456789ABCDEF0123456789ABCDEF|/";
+    amule.add_link(wanted)?;
+    wait_line(&lines, deadline, "amuled's source request", |l| {
+        l.starts_with("sources ") && l.contains("0123456789ABCDEF0123456789ABCDEF")
+    })?;
+
+    // A weir-codec client gets amuled as the source of its file.
+    let found = srv_ns.run_in(|| -> anyhow::Result<ServerToClient> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(server_addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut out = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: Md4Hash([0x42; 16]),
+            client_id: 0,
+            port: 4999,
+            tags: vec![],
+        }
+        .encode(&mut out);
+        ClientToServer::GetSources {
+            file: Md4Hash::from_hex(&shared_hash)?,
+            size: Some(PARTSIZE + 5),
+            obfu: false,
+        }
+        .encode(&mut out);
+        s.write_all(&out)?;
+        let mut dec = Decoder::new(Limits::CLIENT);
+        let mut buf = BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            while let Some(p) = dec.decode(&mut buf)? {
+                let m = ServerToClient::decode(&p)?;
+                if matches!(m, ServerToClient::FoundSources { .. }) {
+                    return Ok(m);
+                }
+            }
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                bail!("server closed");
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })?;
+    let ServerToClient::FoundSources { sources, .. } = found else {
+        unreachable!()
+    };
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    assert_eq!(
+        (
+            weir_ed2k::client::hello::id_to_ip(sources[0].id),
+            sources[0].port
+        ),
+        (mule_ip, 4662)
+    );
+    amule.stop()?;
+    server.kill_tree()?;
+    Ok(())
+}
+
+/// A blocking client connection that speaks weir's codecs.
+struct Wire {
+    s: std::net::TcpStream,
+    dec: Decoder,
+    buf: BytesMut,
+    ctx: weir_ed2k::client::DecodeCtx,
+    seen: Vec<String>,
+}
+
+impl Wire {
+    fn send(&mut self, m: &weir_ed2k::client::ClientMessage) -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        self.s.write_all(&b)?;
+        Ok(())
+    }
+
+    /// The next message for which `pick` returns `Some`, skipping others
+    /// (their names are kept in `seen`).
+    fn expect<T>(
+        &mut self,
+        what: &str,
+        mut pick: impl FnMut(&weir_ed2k::client::ClientMessage) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        use std::io::Read;
+        let mut chunk = vec![0u8; 256 << 10];
+        loop {
+            while let Some(p) = self.dec.decode(&mut self.buf)? {
+                let m = weir_ed2k::client::ClientMessage::decode(&p, &self.ctx)
+                    .with_context(|| format!("decoding while waiting for {what}"))?;
+                let (proto, op) = m.opcode();
+                self.seen.push(format!("{proto:?}/{op:#04x}"));
+                if let Some(t) = pick(&m) {
+                    return Ok(t);
+                }
+            }
+            let n = self
+                .s
+                .read(&mut chunk)
+                .with_context(|| format!("waiting for {what}; seen {:?}", self.seen))?;
+            if n == 0 {
+                bail!(
+                    "amuled closed while waiting for {what}; seen {:?}",
+                    self.seen
+                );
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// weir's client codecs against a stock amuled uploader, message by
+/// message: hello, multipacket (name, status, AICH hash), hashset, upload
+/// slot, three block requests and their data, AICH recovery data.
+#[test]
+fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
+    use weir_ed2k::client::hello::{OwnHello, user_hash_from_random};
+    use weir_ed2k::client::{
+        ClientMessage as M, DecodeCtx, ExtInfo, MultiAnswer, MultiRequest, PartStatus,
+    };
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-codec")?;
+    let share = dir.path().join("share");
+    std::fs::create_dir_all(&share)?;
+    let path = share.join("two parts.bin");
+    let size = PARTSIZE + 500_000;
+    write_file(&path, size, 11)?;
+    let data = std::fs::read(&path)?;
+    let ours = weir_hash(std::slice::from_ref(&path), true)?;
+    let (_, hex, parts, aich) = parse_link(&ours[0])?;
+    let file = Md4Hash::from_hex(&hex)?;
+    let master = AichHash::from_base32(&aich.expect("h="))?;
+    let hashset: Vec<Md4Hash> = parts
+        .expect("p=")
+        .split(':')
+        .map(Md4Hash::from_hex)
+        .collect::<Result<_, _>>()?;
+
+    let ns = Netns::new("ed2k-codec")?;
+    let mut cfg = AmuleConfig::new("weircodec", Ipv4Addr::LOCALHOST);
+    cfg.shared_dirs.push(share.clone());
+    let amule = Amule::start(&ns, &dir.path().join("conf"), cfg)?;
+    // Wait until amuled has hashed and shared the file.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !amule
+        .known_met()
+        .and_then(|b| read_known_met(&b).ok())
+        .is_some_and(|k| k.iter().any(|e| e.0 == file && e.2.is_some()))
+    {
+        if Instant::now() > deadline {
+            bail!("amuled did not share the file:\n{}", amule.log_tail(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = ns.run_in(|| -> anyhow::Result<Vec<String>> {
+        let s = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, 4662))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut w = Wire {
+            s,
+            dec: Decoder::new(Limits::CLIENT),
+            buf: BytesMut::new(),
+            ctx: DecodeCtx::default(),
+            seen: Vec::new(),
+        };
+        let own = OwnHello::weir("weir-codec-test", 0, false);
+        let me = user_hash_from_random([0x5A; 16]);
+        w.send(&M::Hello(own.hello(me, 0x0100_007F, 4999)))?;
+        let hello = w.expect("OP_HELLOANSWER", |m| match m {
+            M::HelloAnswer(h) => Some(h.clone()),
+            _ => None,
+        })?;
+        let info = hello.info();
+        assert!(info.is_emule(), "{info:?}");
+        assert_eq!(info.compat_client(), Some(3), "aMule is SO_AMULE");
+        assert!(info.misc1.multipacket && info.misc2.ext_multipacket && info.misc2.large_files);
+        assert_eq!(info.misc1.ext_requests, 2);
+        w.ctx.peer_ext_requests = info.misc1.ext_requests;
+
+        let parts_n = weir_ed2k::ed2k_part_count(size) as u16;
+        w.send(&M::MultiPacket {
+            file,
+            size: Some(size),
+            entries: vec![
+                MultiRequest::RequestFileName(Some(ExtInfo {
+                    part_status: PartStatus::from_fn(parts_n, |_| false),
+                    complete_sources: Some(0),
+                })),
+                MultiRequest::SetReqFileId,
+                MultiRequest::AichFileHashReq,
+            ],
+        })?;
+        let answer = w.expect("OP_MULTIPACKETANSWER", |m| match m {
+            M::MultiPacketAnswer { file: f, entries } if *f == file => Some(entries.clone()),
+            _ => None,
+        })?;
+        assert!(answer.contains(&MultiAnswer::FileName(Bytes::from_static(b"two parts.bin"))));
+        assert!(answer.contains(&MultiAnswer::FileStatus(PartStatus::complete())));
+        assert!(
+            answer.contains(&MultiAnswer::AichFileHash(master)),
+            "{answer:?}"
+        );
+
+        w.send(&M::HashSetRequest { file })?;
+        let hs = w.expect("OP_HASHSETANSWER", |m| match m {
+            M::HashSetAnswer { hashes, .. } => Some(hashes.clone()),
+            _ => None,
+        })?;
+        assert_eq!(hs, hashset);
+
+        w.send(&M::StartUploadReq { file })?;
+        w.expect("OP_ACCEPTUPLOADREQ", |m| {
+            matches!(m, M::AcceptUploadReq).then_some(())
+        })?;
+        let b = weir_ed2k::EMBLOCKSIZE;
+        w.send(&M::RequestParts {
+            file,
+            ranges: [(0, b), (b, 2 * b), (2 * b, 3 * b)],
+        })?;
+        let mut got = vec![0u8; 3 * b as usize];
+        let mut filled = 0u64;
+        while filled < 3 * b {
+            let (start, bytes) = w.expect("OP_SENDINGPART", |m| match m {
+                M::SendingPart { start, data, .. } => Some((*start, data.clone())),
+                _ => None,
+            })?;
+            got[start as usize..start as usize + bytes.len()].copy_from_slice(&bytes);
+            filled += bytes.len() as u64;
+        }
+        assert!(
+            got == data[..3 * b as usize],
+            "block data differs from the file"
+        );
+
+        w.send(&M::AichRequest {
+            file,
+            part: 0,
+            master,
+        })?;
+        let rd = w.expect("OP_AICHANSWER", |m| match m {
+            M::AichAnswer { data, .. } => Some(data.clone()),
+            _ => None,
+        })?;
+        let (part, m2, rd) = rd.context("amuled refused the AICH request")?;
+        assert_eq!((part, m2), (0, master));
+        let blocks = rd.verify(size, master, 0)?;
+        assert_eq!(blocks.len(), 53);
+        w.send(&M::CancelTransfer)?;
+        Ok(w.seen)
+    })?;
+    eprintln!("packets from amuled: {log:?}");
+    amule.stop()?;
+    Ok(())
+}
+
+/// Answers one downloader connection with weir's codecs until it closes
+/// or `stop` is set: the uploader side of every message aMule sends.
+fn serve_with_codecs(
+    s: std::net::TcpStream,
+    me: weir_ed2k::client::Hello,
+    name: &str,
+    data: &[u8],
+    hashes: &weir_ed2k::hash::FileHashes,
+    stop: &std::sync::atomic::AtomicBool,
+    seen: &std::sync::Mutex<Vec<String>>,
+) -> anyhow::Result<()> {
+    use weir_ed2k::client::{ClientMessage as M, MultiAnswer, MultiRequest, PartStatus};
+    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut w = Wire {
+        s,
+        dec: Decoder::new(Limits::CLIENT),
+        buf: BytesMut::new(),
+        ctx: Default::default(),
+        seen: Vec::new(),
+    };
+    let file = hashes.file_hash;
+    let aich = hashes.aich.as_ref().expect("aich");
+    let mut sent = std::collections::HashSet::new();
+    loop {
+        let m = match w.expect("a request", |m| Some(m.clone())) {
+            Ok(m) => m,
+            Err(e) => {
+                let timed_out = e.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                        matches!(
+                            io.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        )
+                    })
+                });
+                if timed_out && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                seen.lock().unwrap().extend(w.seen.drain(..));
+                return if timed_out || e.to_string().contains("closed") {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+        };
+        match m {
+            M::Hello(h) => {
+                w.ctx.peer_ext_requests = h.info().misc1.ext_requests;
+                w.send(&M::HelloAnswer(me.clone()))?;
+            }
+            M::MultiPacket {
+                file: f, entries, ..
+            } if f == file => {
+                let mut out = Vec::new();
+                for e in entries {
+                    match e {
+                        MultiRequest::RequestFileName(_) => {
+                            out.push(MultiAnswer::FileName(Bytes::from(name.to_string())))
+                        }
+                        MultiRequest::SetReqFileId => {
+                            out.push(MultiAnswer::FileStatus(PartStatus::complete()))
+                        }
+                        MultiRequest::AichFileHashReq => {
+                            out.push(MultiAnswer::AichFileHash(aich.root()))
+                        }
+                        _ => {}
+                    }
+                }
+                w.send(&M::MultiPacketAnswer { file, entries: out })?;
+            }
+            M::MultiPacket { file: f, .. }
+            | M::RequestFileName { file: f, .. }
+            | M::SetReqFileId { file: f }
+                if f != file =>
+            {
+                w.send(&M::FileReqAnsNoFil { file: f })?
+            }
+            M::RequestFileName { .. } => w.send(&M::ReqFileNameAnswer {
+                file,
+                name: Bytes::from(name.to_string()),
+            })?,
+            M::SetReqFileId { .. } => w.send(&M::FileStatus {
+                file,
+                status: PartStatus::complete(),
+            })?,
+            M::HashSetRequest { .. } => w.send(&M::HashSetAnswer {
+                file,
+                hashes: hashes.hashset.clone(),
+            })?,
+            M::StartUploadReq { .. } => w.send(&M::AcceptUploadReq)?,
+            M::RequestParts { ranges, .. } => {
+                // aMule repeats its pending ranges in every request; an
+                // uploader sends each block once (UploadClient.cpp AddReqBlock).
+                for (start, end) in ranges {
+                    if start < end && end <= data.len() as u64 && sent.insert((start, end)) {
+                        w.send(&M::SendingPart {
+                            file,
+                            start,
+                            end,
+                            data: Bytes::copy_from_slice(&data[start as usize..end as usize]),
+                            wide: false,
+                        })?;
+                    }
+                }
+            }
+            M::AichRequest { part, .. } => {
+                let data = aich
+                    .recovery_data(part as u64)
+                    .ok()
+                    .map(|rd| (part, aich.root(), rd));
+                w.send(&M::AichAnswer { file, data })?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A stock amuled downloads a file from an uploader built on weir's codecs:
+/// it finds the source through `weir ed2k-server` (both on a veth pair, as
+/// aMule ignores 127.0.0.0/8 sources) and the file arrives byte-identical.
+#[test]
+fn amuled_downloads_from_weir_codecs() -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use weir_ed2k::client::hello::{OwnHello, ip_to_id, user_hash_from_random};
+    use weir_ed2k::server::{OfferedFile, ft};
+    if !lab_ready()? {
+        return Ok(());
+    }
+    let dir = TempDir::new("ed2k-up")?;
+    let name = "from weir.bin";
+    let size = PARTSIZE + 300_001;
+    let src = dir.path().join("src.bin");
+    write_file(&src, size, 21)?;
+    let data = std::fs::read(&src)?;
+    let mut h = weir_ed2k::hash::Ed2kHasher::new();
+    h.update(&data);
+    let hashes = h.finish();
+
+    let net = 150 + (std::process::id() % 50) as u8;
+    let srv_ns = Netns::new("ed2k-up-srv")?;
+    let mule_ns = Netns::new("ed2k-up-mule")?;
+    Netns::link_pair(
+        &srv_ns,
+        &mule_ns,
+        &format!("10.231.{net}.1/24"),
+        &format!("10.231.{net}.2/24"),
+    )?;
+    let up_ip = Ipv4Addr::new(10, 231, net, 1);
+    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let server_addr = SocketAddrV4::new(up_ip, 4661);
+    let mut cmd = srv_ns.command(WEIR);
+    cmd.args([
+        "--allow",
+        &format!("10.231.{net}.0/24"),
+        "ed2k-server",
+        "--listen",
+    ])
+    .arg(server_addr.to_string())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+
+    // The uploader: listen, log into the server, offer the file.
+    let (listener, _server_conn) = srv_ns.run_in(|| -> anyhow::Result<_> {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind((up_ip, 4662))?;
+        let mut s = std::net::TcpStream::connect(server_addr)?;
+        let mut b = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: user_hash_from_random([0x33; 16]),
+            client_id: 0,
+            port: 4662,
+            tags: vec![],
+        }
+        .encode(&mut b);
+        ClientToServer::OfferFiles {
+            files: vec![OfferedFile {
+                hash: hashes.file_hash,
+                client_id: ip_to_id(up_ip),
+                port: 4662,
+                tags: vec![
+                    weir_ed2k::tag::Tag::string(ft::FILENAME, Bytes::from(name)),
+                    weir_ed2k::tag::Tag::u32(ft::FILESIZE, size as u32),
+                ],
+            }],
+            new_tags: true,
+        }
+        .encode(&mut b);
+        s.write_all(&b)?;
+        Ok((l, s))
+    })?;
+    wait_line(&lines, deadline, "the uploader's offer", |l| {
+        l.starts_with("offer ") && l.contains("total=1")
+    })?;
+    let me = OwnHello::weir("weir-codec-uploader", 0, false).hello(
+        user_hash_from_random([0x33; 16]),
+        ip_to_id(up_ip),
+        4662,
+    );
+    let stop = AtomicBool::new(false);
+    let seen = std::sync::Mutex::new(Vec::new());
+    listener.set_nonblocking(false)?;
+
+    let mut cfg = AmuleConfig::new("weirdown", mule_ip);
+    cfg.lab_server = Some(server_addr);
+    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    wait_line(&lines, deadline, "amuled's login", |l| {
+        l.starts_with("login ") && l.contains(&mule_ip.to_string())
+    })?;
+    let link = weir_ed2k::link::FileLink {
+        name: name.into(),
+        size,
+        hash: hashes.file_hash,
+        aich: hashes.aich.as_ref().map(|a| a.root()),
+        part_hashes: None,
+        sources: vec![],
+    };
+    amule.add_link(&link.to_link())?;
+    let incoming = dir.path().join("conf").join("Incoming").join(name);
+    let result = std::thread::scope(|sc| -> anyhow::Result<()> {
+        let up = sc.spawn(|| -> anyhow::Result<()> {
+            // Serve connections one after another until told to stop.
+            listener.set_nonblocking(true)?;
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false)?;
+                        serve_with_codecs(s, me.clone(), name, &data, &hashes, &stop, &seen)?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(())
+        });
+        let done = loop {
+            if std::fs::metadata(&incoming).is_ok_and(|m| m.len() == size) {
+                break Ok(());
+            }
+            if up.is_finished() || Instant::now() > deadline {
+                break Err(anyhow::anyhow!(
+                    "download did not complete: {:?}\n{}",
+                    amule.downloads(),
+                    amule.log_tail(30)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        stop.store(true, Ordering::Relaxed);
+        up.join()
+            .map_err(|_| anyhow::anyhow!("uploader panicked"))??;
+        done
+    });
+    eprintln!("packets from amuled: {:?}", seen.lock().unwrap());
+    result?;
+    assert!(std::fs::read(&incoming)? == data, "downloaded file differs");
+    amule.stop()?;
+    server.kill_tree()?;
+    Ok(())
+}
+
+/// `weir hash` exit codes: 2 for bad input, 1 for a file that cannot be
+/// read; and `weir ed2k-server` answers a login on loopback (no root, no
+/// third-party program needed).
+#[test]
+fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
+    let dir = TempDir::new("ed2k-cli")?;
+    let code = |args: &[&str]| -> anyhow::Result<Option<i32>> {
+        Ok(Command::new(WEIR).args(args).output()?.status.code())
+    };
+    let f = dir.path().join("a b.bin");
+    write_file(&f, 1000, 3)?;
+    let f = f.to_str().context("utf-8 path")?;
+    assert_eq!(code(&["hash", f])?, Some(2), "no hash kind chosen");
+    assert_eq!(
+        code(&["hash", "--ed2k", dir.path().to_str().unwrap()])?,
+        Some(2),
+        "a directory"
+    );
+    assert_eq!(code(&["hash", "--ed2k", "/nonexistent/x"])?, Some(1));
+    let out = weir_hash(&[PathBuf::from(f)], false)?;
+    assert!(
+        out[0].starts_with("ed2k://|file|a%20b.bin|1000|"),
+        "{}",
+        out[0]
+    );
+    assert!(weir_ed2k::link::FileLink::parse(&out[0]).is_ok());
+
+    let mut cmd = Command::new(WEIR);
+    cmd.args([
+        "--allow",
+        "127.0.0.0/8",
+        "ed2k-server",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
+    let lines = line_reader(&mut server);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let l = wait_line(&lines, deadline, "listening line", |l| {
+        l.starts_with("listening on")
+    })?;
+    let addr: std::net::SocketAddr = l.trim_start_matches("listening on ").parse()?;
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut b = BytesMut::new();
+        ClientToServer::Login {
+            user_hash: Md4Hash([1; 16]),
+            client_id: 0,
+            port: 4662,
+            tags: vec![],
+        }
+        .encode(&mut b);
+        s.write_all(&b)?;
+        let mut dec = Decoder::new(Limits::CLIENT);
+        let mut buf = BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        let id = loop {
+            if let Some(p) = dec.decode(&mut buf)? {
+                if let ServerToClient::IdChange { id, .. } = ServerToClient::decode(&p)? {
+                    break id;
+                }
+                continue;
+            }
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                bail!("server closed");
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        assert_eq!(weir_ed2k::client::hello::id_to_ip(id), Ipv4Addr::LOCALHOST);
+    }
+    let login = wait_line(&lines, deadline, "login line", |l| l.starts_with("login "))?;
+    assert!(login.contains("addr=127.0.0.1:4662"), "{login}");
+    server.kill_tree()?;
+    Ok(())
+}

@@ -16,8 +16,7 @@
 //! 2. `1 torrent, A + B`: both seeders of the same torrent: the total should
 //!    stay at the cap, A making up what B cannot send;
 //! 3. `2 torrents, A + B`: torrent 1 from A, torrent 2 from B, both in ONE
-//!    weir process under one cap (`weir get T1 T2 ...`; fails, and says so,
-//!    while weir's CLI takes one torrent per process);
+//!    weir process under one cap (`weir get T1 T2 ...`);
 //! 4. `libtorrent, A` (reference, `--set lt=0` to skip): libtorrent as the
 //!    leecher with `download_limit` at the cap.
 //!
@@ -265,8 +264,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         }
     };
     let mut port = 6900u16;
+    // Steps of 2: with two torrents, weir listens on port and port + 1.
     let mut next_port = || {
-        port += 1;
+        port += 2;
         port
     };
     for run in 0..cfg.runs {
@@ -338,7 +338,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         s.start + window,
         every.as_millis()
     ));
-    rep.note("case 3 needs one weir process to download two torrents under one global cap: `weir get T1 T2 ... --max-down R`");
+    rep.note("case 3: one process, one global cap: `weir get T1 T2 --peer A --peer B --max-down R`; each torrent dials both seeders, each seeder has only its own torrent");
     cap_target_notes(&mut rep, cap_mb);
     rep.note(&format!(
         "load average (1/5/15 min) before: {load_before}; after: {}",
@@ -439,6 +439,7 @@ fn unlimited(
         vec![
             Metric::new("s", 3),
             Metric::new("MB/s", 1),
+            Metric::new("exit s", 3),
             Metric::new("CPU s", 2),
         ],
     );
@@ -495,7 +496,7 @@ fn unlimited(
         }
     }
     rep.note(&format!(
-        "whole {} MiB download from A ({}, loopback), time from process start to exit",
+        "whole {} MiB download from A ({}, loopback); s: weir's own time to completion (its summary line, 2 decimals); exit s: process start to exit (weir get notices completion on a 500 ms tick)",
         p.len() >> 20,
         seeder.name()
     ));

@@ -40,7 +40,7 @@ use weir_lab::{Netns, TempDir};
 use crate::BenchConfig;
 use crate::bt_setup::{
     LinkSpec, Linkem, Payload, SeederKind, Series, accept_within, announce_as, finish_series,
-    load_average, mib, sample_rx_while, start_seeder, value_at, weir_leecher,
+    load_average, mib, run_weir, sample_rx_while, start_seeder, value_at,
 };
 use crate::chart;
 use crate::report::{Metric, Report};
@@ -267,7 +267,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         setup.link.describe()
     ));
     report.note(&format!(
-        "time from leecher process start (plain TCP: from connect); bytes = kernel bytes_received on the leecher's sockets to the emulator, sampled every {} ms, interpolated; after completion the payload length",
+        "time from leecher process start (plain TCP: from connect; weir's done s: its own summary time, as weir get exits up to 0.5 s after completing); bytes = kernel bytes_received on the leecher's sockets to the emulator, sampled every {} ms, interpolated; after completion the payload length",
         every.as_millis()
     ));
     if needs_tracker {
@@ -379,7 +379,12 @@ fn leech_once(s: &Setup<'_>, l: &Leecher, port: u16) -> anyhow::Result<Outcome> 
     let out = s.work.subdir(&format!("leech-{port}"))?;
     let leech_addr = SocketAddrV4::new(LEECHER_IP, port + 1000);
     let client = match l {
-        Leecher::Weir => weir_leecher(s.cfg, "weir", &["--peer".into(), emu.to_string()]),
+        Leecher::Weir => {
+            let r = weir_once(s, emu, leech_addr, &out);
+            drop(linkem);
+            let _ = std::fs::remove_dir_all(&out);
+            return r;
+        }
         Leecher::Real(c) => c.clone(),
         Leecher::Tcp => unreachable!("handled above"),
     };
@@ -420,6 +425,69 @@ fn leech_once(s: &Setup<'_>, l: &Leecher, port: u16) -> anyhow::Result<Outcome> 
             })
         }
         Err(e) => Err(e),
+    }
+}
+
+/// weir leeching through the emulator at `emu`. Its completion time is
+/// weir's own (the summary line: from its driver's start, a few ms after
+/// the process starts), not its exit: `weir get` notices completion on its
+/// 500 ms progress tick, so it exits up to 0.5 s later.
+fn weir_once(
+    s: &Setup<'_>,
+    emu: SocketAddrV4,
+    addr: SocketAddrV4,
+    out: &std::path::Path,
+) -> anyhow::Result<Outcome> {
+    let args: Vec<String> = vec![
+        "get".into(),
+        s.payload.torrent.display().to_string(),
+        "-o".into(),
+        out.display().to_string(),
+        "--listen".into(),
+        addr.to_string(),
+        "--no-trackers".into(),
+        "--peer".into(),
+        emu.to_string(),
+    ];
+    let logs = TempDir::new("ramp-weir")?;
+    let (res, mut series) = sample_rx_while(s.ns, &[SocketAddr::V4(emu)], s.every, || {
+        run_weir(
+            s.cfg,
+            s.ns,
+            "weir",
+            &args,
+            logs.path(),
+            Some(s.timeout),
+            s.timeout,
+        )
+    })?;
+    let r = res?;
+    let mut series = series.pop().unwrap_or_default();
+    match r.status {
+        // Stopped at the timeout: a stalled download still has a ramp.
+        None => Ok(Outcome {
+            series,
+            done: None,
+            cpu: r.usage.cpu_s(),
+        }),
+        Some(st) if st.success() => {
+            let done = r.reported_seconds().unwrap_or(r.seconds);
+            finish_series(&mut series, Some(done), s.payload.len());
+            Ok(Outcome {
+                series,
+                done: Some(done),
+                cpu: r.usage.cpu_s(),
+            })
+        }
+        Some(st) => bail!(
+            "weir get exited with {st}: {}",
+            r.stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ),
     }
 }
 

@@ -16,7 +16,11 @@
 //!   (a BitTorrent `request` and `piece` message) over loopback with
 //!   TCP_NODELAY, as many times as the payload has blocks.
 //!
-//! Options: `seeder`; `--size-mib` (default 256), `--runs` (default 3).
+//! A weir download still running after `limit_s` (60) seconds is stopped
+//! and its rate taken from the socket counters (`ss`) after t = 1 s.
+//!
+//! Options: `seeder`, `limit_s`; `--size-mib` (default 256), `--runs`
+//! (default 3).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -27,12 +31,13 @@ use weir_lab::{Netns, TempDir};
 
 use crate::BenchConfig;
 use crate::bt_setup::{
-    BLOCK, Payload, SeederKind, accept_within, load_average, run_weir, start_seeder,
+    BLOCK, Payload, SeederKind, accept_within, load_average, run_weir, sample_rx_while,
+    start_seeder, value_at,
 };
 use crate::report::{Metric, Report};
 
 /// `--set` keys this scenario knows.
-pub const KEYS: &[&str] = &["seeder"];
+pub const KEYS: &[&str] = &["seeder", "limit_s"];
 
 const SEEDER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 6881);
 const LEECHER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
@@ -47,6 +52,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let size = cfg.size_bytes(256);
     let seeder_kind = SeederKind::parse(cfg.get("seeder").unwrap_or("weir"))?;
     let blocks = size.div_ceil(BLOCK);
+    let limit = Duration::from_secs(cfg.get_or("limit_s", 60u64)?.max(5));
     let load_before = load_average();
     let ns = Netns::new("rtt")?;
     let work = TempDir::new("bench-rtt")?;
@@ -74,20 +80,27 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         for (label, max_req) in [("1", Some(1u32)), ("pipeline", None)] {
             port += 1;
             let labels = ["weir", label];
-            match weir_once(cfg, &ns, &work, &p, port, max_req) {
-                Ok((secs, cpu, vcsw)) => {
-                    let rps = blocks as f64 / secs;
+            match weir_once(cfg, &ns, &work, &p, port, max_req, limit) {
+                Ok(m) => {
+                    let rps = m.blocks / m.secs;
                     rep.add_run(
                         &labels,
                         &[
                             rps,
                             1e6 / rps,
-                            secs,
-                            size as f64 / secs / 1e6,
-                            cpu,
-                            vcsw as f64 / blocks as f64,
+                            m.secs,
+                            m.blocks * BLOCK as f64 / m.secs / 1e6,
+                            m.cpu,
+                            m.vcsw_per_block,
                         ],
                     );
+                    if m.stopped {
+                        rep.note(&format!(
+                            "run {}: weir, {label} in flight: stopped at the {} s limit, rate from the socket counters after t = 1 s",
+                            run + 1,
+                            limit.as_secs()
+                        ));
+                    }
                     eprintln!("rtt: weir, {label} in flight: {rps:.0} blocks/s");
                 }
                 Err(e) => rep.add_failure(&labels, &format!("{e:#}")),
@@ -135,8 +148,23 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One weir download from the seeder; returns (seconds by weir's own
-/// report, CPU seconds, voluntary context switches).
+/// What one weir download measured.
+struct Measured {
+    /// Blocks counted over `secs`.
+    blocks: f64,
+    /// Seconds they took.
+    secs: f64,
+    /// Leecher CPU seconds.
+    cpu: f64,
+    /// Leecher voluntary context switches per block received.
+    vcsw_per_block: f64,
+    /// Whether it was stopped at the time limit (rate from the samples).
+    stopped: bool,
+}
+
+/// One weir download from the seeder. Complete: every block over weir's
+/// own elapsed time. Stopped at `limit` (a slow peer): the blocks received
+/// between t = 1 s and the stop, from the socket counters.
 fn weir_once(
     cfg: &BenchConfig,
     ns: &Netns,
@@ -144,7 +172,8 @@ fn weir_once(
     p: &Payload,
     port: u16,
     max_requests: Option<u32>,
-) -> anyhow::Result<(f64, f64, u64)> {
+    limit: Duration,
+) -> anyhow::Result<Measured> {
     let out = work.subdir(&format!("out-{port}"))?;
     let mut args: Vec<String> = vec![
         "get".into(),
@@ -162,24 +191,48 @@ fn weir_once(
         args.push(m.to_string());
     }
     let logs = TempDir::new("rtt-weir")?;
-    let r = run_weir(
-        cfg,
+    let (r, series) = sample_rx_while(
         ns,
-        "weir-get",
-        &args,
-        logs.path(),
-        None,
-        Duration::from_secs(600),
-    );
+        &[SocketAddr::V4(SEEDER)],
+        Duration::from_millis(100),
+        || run_weir(cfg, ns, "weir-get", &args, logs.path(), Some(limit), limit),
+    )?;
     let _ = std::fs::remove_dir_all(&out);
     let r = r?;
-    if !r.succeeded() {
-        bail!("weir get exited {:?}: {}", r.status, r.stderr.trim());
+    let cpu = r.usage.cpu_s();
+    let vcsw = r.usage.vol_ctx_switches as f64;
+    match r.status {
+        None => {
+            let s = series.first().map(Vec::as_slice).unwrap_or(&[]);
+            let end = s.last().map_or(0.0, |p| p.0);
+            if end <= 2.0 {
+                bail!("stopped with too few samples");
+            }
+            let got = s.last().map_or(0, |p| p.1) as f64;
+            let bytes = value_at(s, end) - value_at(s, 1.0);
+            Ok(Measured {
+                blocks: bytes / BLOCK as f64,
+                secs: end - 1.0,
+                cpu,
+                vcsw_per_block: vcsw / (got / BLOCK as f64).max(1.0),
+                stopped: true,
+            })
+        }
+        Some(st) if st.success() => {
+            let secs = r
+                .reported_seconds()
+                .context("weir printed no `complete: ... in N s` line")?;
+            let blocks = p.len().div_ceil(BLOCK) as f64;
+            Ok(Measured {
+                blocks,
+                secs,
+                cpu,
+                vcsw_per_block: vcsw / blocks,
+                stopped: false,
+            })
+        }
+        Some(st) => bail!("weir get exited with {st}: {}", r.stderr.trim()),
     }
-    let secs = r
-        .reported_seconds()
-        .context("weir printed no `complete: ... in N s` line")?;
-    Ok((secs, r.usage.cpu_s(), r.usage.vol_ctx_switches))
 }
 
 /// `n` request -> reply round trips between two threads over loopback in

@@ -8,8 +8,8 @@
 //! Everything runs in a network namespace holding only `lo`. aria2c and
 //! Transmission cannot be given a peer, so an opentracker on loopback
 //! introduces them; Transmission 3.00 refuses 127/8 peers from a tracker,
-//! so for it the seeder dials the leecher (a second libtorrent seeder with
-//! the same settings). Leech time runs from the leecher's process start to
+//! so for it a second seeder with the same settings dials the leecher once
+//! it listens. Leech time runs from the leecher's process start to
 //! its own completion report (weir: its exit once every piece is verified).
 //!
 //! Options: `--set clients=weir,libtorrent,aria2c,transmission` (a subset),
@@ -180,36 +180,47 @@ fn leech_once(
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let timeout = Duration::from_secs(60 + size / 5_000_000);
+    let lopts = Options {
+        peers: if client.can_dial_peer() {
+            vec![SocketAddr::V4(a(SEED))]
+        } else {
+            Vec::new()
+        },
+        timeout,
+        ..Options::default()
+    };
     let result = if *client == Client::Transmission {
-        // Transmission refuses 127/8 peers from the tracker: a seeder that
-        // dials it, with the same settings as the main one.
-        let opts = Options {
-            dial: Some(SocketAddr::V4(a(LEECH))),
-            ..Options::default()
-        };
-        let _dialler = bt::start_seed_with(
-            ns,
-            &Client::LibtorrentHps,
-            torrent,
-            data,
-            a(SEED_DIALLING),
-            &opts,
-        )?;
-        let lopts = Options {
-            timeout,
-            ..Options::default()
-        };
-        bt::leech_with(ns, client, torrent, &out, a(LEECH), &lopts)?
+        // Transmission 3.00 refuses 127/8 peers from a tracker: a second
+        // seeder with the same settings dials it, started only once
+        // Transmission listens (libtorrent stops dialling an address after
+        // a few refusals).
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            let dialler = scope.spawn(move || -> anyhow::Result<()> {
+                ns.wait_port(SocketAddr::V4(a(LEECH)), timeout)?;
+                let opts = Options {
+                    dial: Some(SocketAddr::V4(a(LEECH))),
+                    ..Options::default()
+                };
+                let _p = bt::start_seed_with(
+                    ns,
+                    &Client::LibtorrentHps,
+                    torrent,
+                    data,
+                    a(SEED_DIALLING),
+                    &opts,
+                )?;
+                let _ = stop_rx.recv();
+                Ok(())
+            });
+            let r = bt::leech_with(ns, client, torrent, &out, a(LEECH), &lopts);
+            let _ = stop_tx.send(());
+            match dialler.join() {
+                Ok(Err(e)) if r.is_err() => Err(e.context("dialling seeder")),
+                _ => r,
+            }
+        })?
     } else {
-        let lopts = Options {
-            peers: if client.can_dial_peer() {
-                vec![SocketAddr::V4(a(SEED))]
-            } else {
-                Vec::new()
-            },
-            timeout,
-            ..Options::default()
-        };
         bt::leech_with(ns, client, torrent, &out, a(LEECH), &lopts)?
     };
     payload::files_equal(&data.join("payload.bin"), &out.join("payload.bin"))
@@ -230,7 +241,10 @@ fn wait_tracker_seeder(ns: &Netns, info_hash_hex: &str) -> anyhow::Result<()> {
         let complete = ns.run_in(|| -> anyhow::Result<bool> {
             let mut s = std::net::TcpStream::connect(TRACKER)?;
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            write!(s, "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {TRACKER}\r\n\r\n")?;
+            write!(
+                s,
+                "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {TRACKER}\r\n\r\n"
+            )?;
             let mut body = Vec::new();
             s.read_to_end(&mut body)?;
             let text = String::from_utf8_lossy(&body);

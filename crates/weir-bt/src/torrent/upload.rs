@@ -49,7 +49,7 @@ impl Torrent {
         }
     }
 
-    fn unchoke(&mut self, conn: ConnId, now: Instant) {
+    pub(super) fn unchoke(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking {
             p.am_choking = false;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use weir_lab::bt::{self, Client, CommandClient, Options, Tracker};
+use weir_lab::bt::{self, Client, Options, Tracker};
 use weir_lab::{Netns, TempDir, ci, payload};
 
 use crate::BenchConfig;
@@ -45,28 +45,8 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let wanted = cfg
         .get("clients")
         .unwrap_or("weir,libtorrent,aria2c,transmission");
-    let weir = Client::Command(CommandClient {
-        name: "weir".into(),
-        seed: Vec::new(),
-        leech: cfg
-            .weir_argv()
-            .into_iter()
-            .chain(
-                [
-                    "get",
-                    "{torrent}",
-                    "-o",
-                    "{dir}",
-                    "--listen",
-                    "{addr}",
-                    "--peer",
-                    "{peer}",
-                ]
-                .map(String::from),
-            )
-            .chain(["--no-trackers", "-q"].map(String::from))
-            .collect(),
-    });
+    let weir =
+        crate::bt_setup::weir_leecher(cfg, "weir", &["--peer", "{peer}", "-q"].map(String::from));
     let mut clients = Vec::new();
     for name in wanted.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         clients.push(match name {
@@ -109,11 +89,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     warm_page_cache(dir.path(), size)?;
 
     let ns = Netns::new("bench-bt")?;
-    let _tracker = Tracker::start(&ns, a(TRACKER), &[info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, a(TRACKER), &[info.info_hash_hex()])?;
     let seeder = bt::start_seed(&ns, &Client::LibtorrentHps, &torrent, &data, a(SEED))?;
     // The seeder announces once at start and then every half hour: the
     // tracker must keep knowing it, so it is never restarted in between.
-    wait_tracker_seeder(&ns, &info.info_hash_hex())?;
+    tracker.wait_seeder(&info.info_hash_hex(), Duration::from_secs(60))?;
     let mut report = Report::new(
         "bt-single",
         cfg,
@@ -227,42 +207,6 @@ fn leech_once(
         .context("downloaded file differs from the seed's")?;
     let _ = std::fs::remove_dir_all(&out);
     Ok(result)
-}
-
-/// Waits until the tracker lists a seeder of the torrent (HTTP scrape from
-/// inside the namespace, bounded retries).
-fn wait_tracker_seeder(ns: &Netns, info_hash_hex: &str) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let q: String = (0..info_hash_hex.len() / 2)
-        .map(|i| format!("%{}", &info_hash_hex[2 * i..2 * i + 2]))
-        .collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let complete = ns.run_in(|| -> anyhow::Result<bool> {
-            let mut s = std::net::TcpStream::connect(TRACKER)?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            write!(
-                s,
-                "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {TRACKER}\r\n\r\n"
-            )?;
-            let mut body = Vec::new();
-            s.read_to_end(&mut body)?;
-            let text = String::from_utf8_lossy(&body);
-            Ok(text
-                .split("8:completei")
-                .nth(1)
-                .and_then(|t| t.split('e').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| n >= 1))
-        })?;
-        if complete {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("the tracker never listed the seeder");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// Writes and deletes a file as large as the payload: on a fresh virtual

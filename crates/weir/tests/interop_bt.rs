@@ -136,49 +136,6 @@ fn weir_client(extra: &[&str]) -> Client {
     })
 }
 
-/// Waits until the tracker in `ns` lists a seeder of `info_hash_hex` (an
-/// HTTP scrape from inside the namespace, bounded retries), so a leecher
-/// started next finds it on its first announce.
-fn wait_tracker_seeder(ns: &Netns, info_hash_hex: &str) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let hash = hex_decode(info_hash_hex);
-    let q: String = hash.iter().map(|b| format!("%{b:02X}")).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let complete = ns.run_in(|| -> anyhow::Result<i64> {
-            let mut s = std::net::TcpStream::connect(TRACKER)?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            write!(
-                s,
-                "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {TRACKER}\r\n\r\n"
-            )?;
-            let mut body = Vec::new();
-            s.read_to_end(&mut body)?;
-            // "...8:completei<N>e..." in the bencoded answer.
-            let text = String::from_utf8_lossy(&body);
-            Ok(text
-                .split("8:completei")
-                .nth(1)
-                .and_then(|t| t.split('e').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0))
-        })?;
-        if complete >= 1 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the tracker never listed the seeder");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn hex_decode(h: &str) -> Vec<u8> {
-    (0..h.len() / 2)
-        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
-
 /// Runs `weir get` in `ns` from the torrent's tracker (and `peers`), and
 /// checks the result.
 fn weir_leech(ns: &Netns, f: &Fixture, peers: &[&str]) -> anyhow::Result<f64> {
@@ -216,9 +173,9 @@ fn weir_downloads_from_libtorrent_found_through_http_tracker() -> anyhow::Result
     }
     let ns = Netns::new("ibt-lt")?;
     let f = fixture(&format!("http://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::Libtorrent, &f.torrent, &f.data, addr(SEED))?;
-    wait_tracker_seeder(&ns, &f.info.info_hash_hex())?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- libtorrent via HTTP tracker: {secs:.2} s");
     Ok(())
@@ -231,9 +188,9 @@ fn weir_downloads_from_transmission_found_through_udp_tracker() -> anyhow::Resul
     }
     let ns = Netns::new("ibt-tr")?;
     let f = fixture(&format!("udp://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::Transmission, &f.torrent, &f.data, addr(SEED))?;
-    wait_tracker_seeder(&ns, &f.info.info_hash_hex())?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- transmission via UDP tracker: {secs:.2} s");
     Ok(())
@@ -246,9 +203,9 @@ fn weir_downloads_from_libtorrent_found_through_udp_tracker() -> anyhow::Result<
     }
     let ns = Netns::new("ibt-ltu")?;
     let f = fixture(&format!("udp://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::LibtorrentHps, &f.torrent, &f.data, addr(SEED))?;
-    wait_tracker_seeder(&ns, &f.info.info_hash_hex())?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- libtorrent (hps) via UDP tracker: {secs:.2} s");
     Ok(())
@@ -261,9 +218,9 @@ fn aria2c_downloads_from_weir() -> anyhow::Result<()> {
     }
     let ns = Netns::new("ibt-aria")?;
     let f = fixture(&format!("http://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &weir_client(&[]), &f.torrent, &f.data, addr(SEED))?;
-    wait_tracker_seeder(&ns, &f.info.info_hash_hex())?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let out = f.dir.subdir("aria2-out")?;
     let r = bt::leech(
         &ns,

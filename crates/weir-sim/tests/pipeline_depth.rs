@@ -86,9 +86,10 @@ fn slow_peer_gets_a_shallow_pipe() {
         fast_depth.0,
         fast_depth.1
     );
-    // Shallow: a few round trips of its own rate, nowhere near the fast
+    // Shallow: about one second of its own rate (the pipeline's floor on
+    // the time a pipe covers, 61 blocks at 1 MB/s), nowhere near the fast
     // peer's depth.
-    assert!(hi <= 40, "slow peer's pipe reached {hi} blocks");
+    assert!(hi <= 80, "slow peer's pipe reached {hi} blocks");
     assert!(hi * 10 < fast_depth.0, "slow {hi} vs fast {}", fast_depth.0);
     // And still deep enough for its rate.
     assert!(
@@ -159,9 +160,11 @@ fn hung_peer_blocks_are_asked_of_another() {
         0
     );
     assert_eq!(never, 0, "blocks never re-asked of the good peer");
-    // The request timeout is 30 s; allow a few torrent ticks on top.
+    // The request timeout is 30 s; allow a few torrent ticks on top, and
+    // the good peer's own pipe (one second of its rate) draining before a
+    // released block's request can join it.
     assert!(
-        worst <= Duration::from_secs(31),
+        worst <= Duration::from_secs(33),
         "blocks re-asked of the good peer only {worst:?} after the hang: when the hung peer \
          was snubbed, Torrent::tick released its blocks and at once refilled the snubbed peer's \
          own pipeline, which took some of them back; those waited for the endgame"

@@ -25,7 +25,7 @@ cargo fmt --all -- --check
 echo "== layer check (no tokio below weir-runtime)"
 bash .ci/check-layers
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --release -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --workspace --release -- --test-threads="${WEIR_TEST_THREADS:-2}"
+cargo test --workspace --profile ci --no-fail-fast -- --test-threads="${WEIR_TEST_THREADS:-2}"
 echo "== all tests passed"

@@ -7,6 +7,7 @@
 //! markdown, [`chart`] for PNG charts, and `weir_lab` for namespaces, real
 //! clients and process accounting.
 
+pub mod bt_setup;
 pub mod bt_single;
 pub mod cap;
 pub mod chart;

@@ -44,7 +44,14 @@ pub struct PipelineConfig {
     /// The pipe covers this many round trips at the recent rate.
     pub rtt_factor: f64,
     /// And at least this long at the recent rate: absorbs a peer's bursty
-    /// service (disk reads, send buffers) when the round trip is tiny.
+    /// service (disk reads, send buffers) when the round trip is tiny, and
+    /// keeps a peer that serves in batches from starving. Transmission
+    /// answers requests on its own timers (its bandwidth period is 500 ms),
+    /// so its round trip stays long however few requests wait; its rate is
+    /// then proportional to our depth, and a depth sized from the smallest
+    /// round trip shrank every second (to ~100 kB/s, seen in interop). At
+    /// one second of its rate the next depth is larger than the last
+    /// whenever the peer answers within a second on average.
     pub min_queue_time: Duration,
     /// Slow start ends when one interval's rate grew by less than this
     /// fraction over the previous interval's.
@@ -63,7 +70,7 @@ impl PipelineConfig {
             max_depth: 4096,
             initial_depth: ((1u32 << 20) / block_len.max(1)).clamp(4, 64),
             rtt_factor: 2.0,
-            min_queue_time: Duration::from_millis(100),
+            min_queue_time: Duration::from_secs(1),
             slow_start_exit_growth: 0.10,
         }
     }
@@ -281,9 +288,42 @@ mod tests {
     #[test]
     fn slow_peer_gets_a_shallow_pipe() {
         let (p, _) = run(Duration::from_millis(50), 200e3, 10.0, 2000);
-        // 200 kB/s over max(2 x 50 ms, 100 ms) is about 2 blocks (+2).
-        assert!(p.depth() <= 6, "depth {}", p.depth());
+        // The model delivers at least one block per round trip, so the peer
+        // runs at 328 kB/s: over max(2 x 50 ms, 1 s) that is 20 blocks (+2),
+        // against the 2,000 the peer would accept.
+        assert!(p.depth() <= 24, "depth {}", p.depth());
         assert!(!p.in_slow_start());
+    }
+
+    #[test]
+    fn batching_peer_grows_back_from_a_collapsed_pipe() {
+        // A peer that answers everything asked at its next 500 ms pulse
+        // (Transmission's pattern): its rate is our depth per pulse. One
+        // block once came back after 1 ms, so the smallest round trip says
+        // nothing about the pulse. From the minimum depth the pipe must grow
+        // back to the peer's limit, not settle at a few blocks.
+        let t0 = Instant::now(); // test-epoch
+        let mut p = Pipeline::new(PipelineConfig::new(BLOCK));
+        p.set_peer_limit(512);
+        let mut meter = crate::meter::TransferMeter::new(t0);
+        p.on_block(t0, Duration::from_millis(1), BLOCK);
+        for _ in 0..10 {
+            p.on_timeout();
+        }
+        assert_eq!(p.depth(), 2);
+        let pulse = Duration::from_millis(500);
+        let mut t = Duration::ZERO;
+        while t < Duration::from_secs(10) {
+            let asked = p.depth();
+            t += pulse;
+            let now = t0 + t;
+            for _ in 0..asked {
+                p.on_block(now, pulse, BLOCK);
+                meter.record(now, u64::from(BLOCK));
+            }
+            p.on_tick(now, meter.recent_rate(now));
+        }
+        assert_eq!(p.depth(), 512, "the pipe stayed shallow");
     }
 
     #[test]

@@ -138,6 +138,12 @@ pub async fn reader<D, T>(
             }
         };
         down.refund(grant - n);
+        // Acknowledge at once rather than after the delayed-ACK timer: a
+        // peer that writes a block as header + payload without TCP_NODELAY
+        // (libtorrent does) otherwise holds the payload ~40 ms for our ACK.
+        // Linux clears quick-ack mode by itself, so it is set per read.
+        #[cfg(target_os = "linux")]
+        let _ = socket2::SockRef::from(rd.as_ref()).set_tcp_quickack(true);
         if n == 0 {
             let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
             return;

@@ -86,9 +86,10 @@ fn slow_peer_gets_a_shallow_pipe() {
         fast_depth.0,
         fast_depth.1
     );
-    // Shallow: a few round trips of its own rate, nowhere near the fast
+    // Shallow: about one second of its own rate (the pipeline's floor on
+    // the time a pipe covers, 61 blocks at 1 MB/s), nowhere near the fast
     // peer's depth.
-    assert!(hi <= 40, "slow peer's pipe reached {hi} blocks");
+    assert!(hi <= 80, "slow peer's pipe reached {hi} blocks");
     assert!(hi * 10 < fast_depth.0, "slow {hi} vs fast {}", fast_depth.0);
     // And still deep enough for its rate.
     assert!(
@@ -129,12 +130,16 @@ fn hung_peer_blocks_are_asked_of_another() {
     let mut worst = Duration::ZERO;
     let mut never = 0;
     for &(t, p, b) in &stuck {
+        // The good peer may have been asked first (the hung peer then got
+        // the block as an endgame duplicate while snubbed): that counts.
         match gs
             .requested
             .iter()
-            .find(|(u, r)| *u >= t && (r.index, r.begin) == (p, b))
+            .filter(|(_, r)| (r.index, r.begin) == (p, b))
+            .map(|(u, _)| *u)
+            .min_by_key(|u| if *u >= t { *u - t } else { Duration::ZERO })
         {
-            Some((u, _)) => worst = worst.max(*u - freeze.max(t)),
+            Some(u) => worst = worst.max(u.saturating_sub(freeze.max(t))),
             None => never += 1,
         }
     }
@@ -155,9 +160,11 @@ fn hung_peer_blocks_are_asked_of_another() {
         0
     );
     assert_eq!(never, 0, "blocks never re-asked of the good peer");
-    // The request timeout is 30 s; allow a few torrent ticks on top.
+    // The request timeout is 30 s; allow a few torrent ticks on top, and
+    // the good peer's own pipe (one second of its rate) draining before a
+    // released block's request can join it.
     assert!(
-        worst <= Duration::from_secs(31),
+        worst <= Duration::from_secs(33),
         "blocks re-asked of the good peer only {worst:?} after the hang: when the hung peer \
          was snubbed, Torrent::tick released its blocks and at once refilled the snubbed peer's \
          own pipeline, which took some of them back; those waited for the endgame"

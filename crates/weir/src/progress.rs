@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// One sample of a transfer's state.
 #[derive(Clone, Debug, Default)]
@@ -35,9 +35,16 @@ pub(crate) struct Progress {
 impl Progress {
     /// A display labelled `label`; plain lines every `every` when stderr is
     /// not a terminal; nothing at all when `quiet`.
+    #[allow(dead_code)] // for single-transfer commands (eD2k, ZMODEM)
     pub(crate) fn new(label: &str, total: u64, quiet: bool) -> Self {
+        Self::new_in(&MultiProgress::new(), label, total, quiet)
+    }
+
+    /// A display that shares the terminal with others in `multi` (one bar
+    /// each).
+    pub(crate) fn new_in(multi: &MultiProgress, label: &str, total: u64, quiet: bool) -> Self {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-            let b = ProgressBar::new(total);
+            let b = multi.add(ProgressBar::new(total));
             b.set_style(
                 ProgressStyle::with_template(
                     "{prefix} [{bar:30}] {percent:>3}% {bytes}/{total_bytes} {msg} ETA {eta}",

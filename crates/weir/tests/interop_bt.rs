@@ -141,6 +141,8 @@ fn weir_client(extra: &[&str]) -> Client {
 fn weir_leech(ns: &Netns, f: &Fixture, peers: &[&str]) -> anyhow::Result<f64> {
     let out = f.dir.subdir("weir-out")?;
     let mut cmd = ns.command(WEIR);
+    // Debug logs go to the file shown when the test fails.
+    cmd.env("RUST_LOG", "info,weir_runtime=debug");
     cmd.args(["--allow", "127.0.0.0/8", "get"])
         .arg(&f.torrent)
         .arg("-o")
@@ -171,8 +173,9 @@ fn weir_downloads_from_libtorrent_found_through_http_tracker() -> anyhow::Result
     }
     let ns = Netns::new("ibt-lt")?;
     let f = fixture(&format!("http://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::Libtorrent, &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- libtorrent via HTTP tracker: {secs:.2} s");
     Ok(())
@@ -185,8 +188,9 @@ fn weir_downloads_from_transmission_found_through_udp_tracker() -> anyhow::Resul
     }
     let ns = Netns::new("ibt-tr")?;
     let f = fixture(&format!("udp://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::Transmission, &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- transmission via UDP tracker: {secs:.2} s");
     Ok(())
@@ -199,8 +203,9 @@ fn weir_downloads_from_libtorrent_found_through_udp_tracker() -> anyhow::Result<
     }
     let ns = Netns::new("ibt-ltu")?;
     let f = fixture(&format!("udp://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &Client::LibtorrentHps, &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let secs = weir_leech(&ns, &f, &[])?;
     eprintln!("weir <- libtorrent (hps) via UDP tracker: {secs:.2} s");
     Ok(())
@@ -213,8 +218,9 @@ fn aria2c_downloads_from_weir() -> anyhow::Result<()> {
     }
     let ns = Netns::new("ibt-aria")?;
     let f = fixture(&format!("http://{TRACKER}/announce"))?;
-    let _tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
+    let tracker = Tracker::start(&ns, addr(TRACKER), &[f.info.info_hash_hex()])?;
     let _seed = bt::start_seed(&ns, &weir_client(&[]), &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&f.info.info_hash_hex(), Duration::from_secs(60))?;
     let out = f.dir.subdir("aria2-out")?;
     let r = bt::leech(
         &ns,

@@ -323,6 +323,34 @@ impl Torrent {
 
     /// A connection finished its handshake: from now on it is a peer.
     pub fn add_peer(&mut self, conn: ConnId, addr: SocketAddr, theirs: &Handshake, now: Instant) {
+        self.add_peer_after(conn, addr, theirs, false, now);
+    }
+
+    /// Messages to send right behind our handshake when we dial, before the
+    /// peer's handshake arrives: `interested`, when we have no piece yet (so
+    /// there is no bitfield to send first, and any peer with data is worth
+    /// asking). Sent with the handshake it saves a round trip before the
+    /// first request. Empty when there is nothing to say ahead.
+    pub fn preamble(&self) -> Bytes {
+        if self.is_checking() || self.picker.had().count() > 0 || self.picker.is_complete() {
+            return Bytes::new();
+        }
+        let mut out = bytes::BytesMut::new();
+        crate::wire::encode(&Message::Interested, &mut out);
+        out.freeze()
+    }
+
+    /// [`Torrent::add_peer`] for a connection on which [`Torrent::preamble`]
+    /// was sent (when `preamble_sent`): the bitfield and interest it carried
+    /// are not sent again.
+    pub fn add_peer_after(
+        &mut self,
+        conn: ConnId,
+        addr: SocketAddr,
+        theirs: &Handshake,
+        preamble_sent: bool,
+        now: Instant,
+    ) {
         let mut p = Peer::new(
             addr,
             theirs.supports_fast(),
@@ -342,7 +370,14 @@ impl Torrent {
             p.send(&Message::Extended { id: 0, payload }, now);
         }
         let had = self.picker.had();
-        if p.fast && had.is_full() {
+        if preamble_sent {
+            p.am_interested = true;
+            // Pieces verified since the preamble went out (no bitfield may
+            // follow other messages): one `have` each.
+            for index in had.iter_ones() {
+                p.send(&Message::Have { index }, now);
+            }
+        } else if p.fast && had.is_full() {
             p.send(&Message::HaveAll, now);
         } else if p.fast && had.count() == 0 {
             p.send(&Message::HaveNone, now);
@@ -352,7 +387,14 @@ impl Torrent {
                 now,
             );
         }
+        let have_any = had.count() > 0;
         self.peers.insert(conn, p);
+        // A free upload slot is given at once, before the peer even says it
+        // is interested: its first request then needs no extra round trip.
+        let unchoked = self.peers.values().filter(|p| !p.am_choking).count();
+        if have_any && unchoked < self.cfg.upload_slots {
+            self.unchoke(conn, now);
+        }
         self.mark_dirty(conn);
         self.ensure_tick(now);
         self.flush();
@@ -410,6 +452,7 @@ impl Torrent {
             Message::NotInterested => {
                 p.peer_interested = false;
                 p.requests.clear();
+                self.on_not_interested(conn, now);
             }
             Message::Have { index } => self.on_have(conn, index, now),
             Message::Bitfield(bits) => match Bitfield::from_bytes(&bits, self.geo.piece_count()) {

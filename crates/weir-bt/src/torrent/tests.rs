@@ -436,3 +436,60 @@ fn resume_and_check_start_from_what_is_stored() {
     assert_eq!(t.had().iter_ones().collect::<Vec<_>>(), [0, 1, 2, 4]);
     assert!(std::iter::from_fn(|| t.poll_event()).any(|e| matches!(e, Event::CheckDone)));
 }
+
+#[test]
+fn a_dialling_leecher_says_interested_with_its_handshake_and_a_seed_unchokes_at_once() {
+    let data = payload(4 * PIECE as usize);
+    let m = meta(&data);
+    let n = m.info.piece_count();
+    let now = Instant::now(); // test-epoch
+    let mut leech = Torrent::new(
+        &m,
+        TorrentConfig::new([1; 20]),
+        &Bitfield::new(n),
+        &Bitfield::new(n),
+    );
+    let mut want = BytesMut::new();
+    wire::encode(&Message::Interested, &mut want);
+    assert_eq!(leech.preamble(), want.freeze());
+    let mut seed = Torrent::new(
+        &m,
+        TorrentConfig::new([2; 20]),
+        &Bitfield::full(n),
+        &Bitfield::new(n),
+    );
+    assert!(seed.preamble().is_empty(), "a seed has nothing to ask");
+    let addr = SocketAddr::from(([127, 0, 0, 9], 1));
+    // The seed's first words to a new peer include an unchoke.
+    seed.add_peer(1, addr, &leech.handshake(), now);
+    let mut sent = BytesMut::new();
+    while let Some(ev) = seed.poll_event() {
+        if let Event::Send { data, .. } = ev {
+            data.iter().for_each(|d| sent.extend_from_slice(d));
+        }
+    }
+    let limits = Limits::new(n);
+    let mut msgs = Vec::new();
+    while let Some(m) = wire::decode(&mut sent, &limits).unwrap() {
+        msgs.push(m);
+    }
+    assert!(msgs.contains(&Message::Unchoke), "{msgs:?}");
+    // The leecher that sent the preamble does not repeat have-none/interested.
+    leech.add_peer_after(1, addr, &seed.handshake(), true, now);
+    let mut sent = BytesMut::new();
+    while let Some(ev) = leech.poll_event() {
+        if let Event::Send { data, .. } = ev {
+            data.iter().for_each(|d| sent.extend_from_slice(d));
+        }
+    }
+    let mut msgs = Vec::new();
+    while let Some(m) = wire::decode(&mut sent, &limits).unwrap() {
+        msgs.push(m);
+    }
+    assert!(
+        !msgs
+            .iter()
+            .any(|m| matches!(m, Message::HaveNone | Message::Interested)),
+        "{msgs:?}"
+    );
+}

@@ -31,7 +31,25 @@ impl Torrent {
         }
     }
 
-    fn unchoke(&mut self, conn: ConnId, now: Instant) {
+    /// A peer that wants nothing frees its upload slot at once for the
+    /// next interested peer, instead of at the next choke round.
+    pub(super) fn on_not_interested(&mut self, conn: ConnId, now: Instant) {
+        let p = self.peers.get_mut(&conn).expect("caller checked");
+        if p.am_choking {
+            return;
+        }
+        self.choke(conn, now);
+        let waiting = self
+            .peers
+            .iter()
+            .find(|(_, p)| p.peer_interested && p.am_choking && !p.closing)
+            .map(|(c, _)| *c);
+        if let Some(c) = waiting {
+            self.on_interested(c, now);
+        }
+    }
+
+    pub(super) fn unchoke(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking {
             p.am_choking = false;

@@ -34,9 +34,12 @@ pub(crate) async fn handshake(
     stream: &mut TcpStream,
     ours: &Handshake,
     ours_first: bool,
+    preamble: &[u8],
 ) -> std::io::Result<(Handshake, BytesMut)> {
-    let mut out = BytesMut::with_capacity(Handshake::LEN);
+    let mut out = BytesMut::with_capacity(Handshake::LEN + preamble.len());
     ours.encode(&mut out);
+    // Messages valid for any peer ride along with our handshake.
+    out.extend_from_slice(preamble);
     if ours_first {
         stream.write_all(&out).await?;
     }
@@ -70,12 +73,13 @@ pub(crate) async fn dial(
     local: Option<std::net::IpAddr>,
     addr: SocketAddr,
     ours: Handshake,
+    preamble: bytes::Bytes,
     tx: mpsc::Sender<Msg>,
 ) {
     let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let mut s = crate::net::connect_tcp_from(&policy, local, addr).await?;
         s.set_nodelay(true)?;
-        let (theirs, leftover) = handshake(&mut s, &ours, true).await?;
+        let (theirs, leftover) = handshake(&mut s, &ours, true, &preamble).await?;
         Ok::<_, std::io::Error>((s, theirs, leftover))
     })
     .await;
@@ -85,6 +89,7 @@ pub(crate) async fn dial(
             addr,
             theirs,
             leftover,
+            preamble_sent: !preamble.is_empty(),
         },
         Ok(Err(e)) => Msg::DialFailed {
             addr,
@@ -106,7 +111,8 @@ pub(crate) async fn accept(
     tx: mpsc::Sender<Msg>,
 ) {
     let _ = stream.set_nodelay(true);
-    let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &ours, false)).await;
+    let r =
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &ours, false, &[])).await;
     if let Ok(Ok((theirs, leftover))) = r {
         let _ = tx
             .send(Msg::Handshaked {
@@ -114,6 +120,7 @@ pub(crate) async fn accept(
                 addr,
                 theirs,
                 leftover,
+                preamble_sent: false,
             })
             .await;
     }

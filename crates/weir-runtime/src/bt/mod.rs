@@ -218,6 +218,7 @@ pub(crate) enum Msg {
         addr: SocketAddr,
         theirs: Handshake,
         leftover: BytesMut,
+        preamble_sent: bool,
     },
     DialFailed {
         addr: SocketAddr,
@@ -506,7 +507,8 @@ impl Driver {
                 addr,
                 theirs,
                 leftover,
-            } => self.on_handshake(stream, addr, theirs, leftover, now),
+                preamble_sent,
+            } => self.on_handshake(stream, addr, theirs, leftover, preamble_sent, now),
             Msg::DialFailed { addr, error } => {
                 tracing::debug!("dial {addr}: {error}");
                 if let Some(k) = self.known.get_mut(&addr) {
@@ -549,6 +551,7 @@ impl Driver {
         addr: SocketAddr,
         theirs: Handshake,
         leftover: BytesMut,
+        preamble_sent: bool,
         now: Instant,
     ) {
         if let Some(k) = self.known.get_mut(&addr) {
@@ -601,7 +604,8 @@ impl Driver {
             "peer {addr} connected ({})",
             String::from_utf8_lossy(&theirs.peer_id[..8])
         );
-        self.torrent.add_peer(conn, addr, &theirs, now);
+        self.torrent
+            .add_peer_after(conn, addr, &theirs, preamble_sent, now);
     }
 
     /// Carries out everything the torrent asked for.
@@ -689,6 +693,7 @@ impl Driver {
         let now = Instant::now();
         let mut room = self.cfg.max_peers.saturating_sub(self.conns.len());
         let ours = self.torrent.handshake();
+        let preamble = self.torrent.preamble();
         for (addr, k) in self.known.iter_mut() {
             if room == 0 {
                 break;
@@ -706,6 +711,7 @@ impl Driver {
                 self.cfg.listen.map(|a| a.ip()),
                 *addr,
                 ours,
+                preamble.clone(),
                 self.tx.clone(),
             ));
         }

@@ -93,7 +93,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
         let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
         let mut last_print = Instant::now() - Duration::from_secs(10);
         loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let mut line = String::new();
             for (i, w) in watches.iter_mut().enumerate() {
                 let p = w.borrow().clone();
@@ -101,18 +101,22 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                     done_at[i] = Some(start.elapsed());
                 }
                 let pct = p.stats.bytes_had as f64 * 100.0 / size.max(1) as f64;
-                line.push_str(&format!(
-                    "  leech{}: {:5.1}% {:>10}",
-                    i + 1,
-                    pct,
-                    rate(p.stats.download_rate)
-                ));
+                if done_at[i].is_some() {
+                    line.push_str(&format!("  leech{}: {:>5} {:>10}", i + 1, "done", ""));
+                } else {
+                    line.push_str(&format!(
+                        "  leech{}: {:5.1}% {:>10}",
+                        i + 1,
+                        pct,
+                        rate(p.stats.download_rate)
+                    ));
+                }
             }
             let all = done_at.iter().all(Option::is_some);
             if tty {
                 print!("\r{line}");
                 let _ = std::io::stdout().flush();
-            } else if last_print.elapsed() >= Duration::from_secs(1) || all {
+            } else if last_print.elapsed() >= Duration::from_millis(250) || all {
                 println!("{line}");
                 last_print = Instant::now();
             }
@@ -129,7 +133,12 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
         let mut ok = true;
         for (i, h) in leechers.into_iter().enumerate() {
             let s = h.wait().await?;
-            let secs = done_at[i].map_or(f64::NAN, |d| d.as_secs_f64());
+            // The runtime's own completion time, not this loop's polling.
+            let secs = if s.complete {
+                s.elapsed.as_secs_f64()
+            } else {
+                f64::NAN
+            };
             ok &= s.complete;
             println!(
                 "leech{}: {} in {:.2} s = {} (received {}, sent to other leechers {}){}",

@@ -55,8 +55,10 @@ pub(crate) struct TransferOpts {
 /// Arguments of `weir get`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// A .torrent file, or an `ed2k://|file|...|/` link.
-    source: String,
+    /// .torrent files (several share the bandwidth caps), or one
+    /// `ed2k://|file|...|/` link.
+    #[arg(required = true, num_args = 1..)]
+    sources: Vec<String>,
     /// Download directory.
     #[arg(short = 'o', long = "out", default_value = ".")]
     out: PathBuf,
@@ -72,16 +74,23 @@ pub(crate) struct Args {
 
 /// Runs `weir get`.
 pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
-    if args.source.starts_with("ed2k://") {
-        return crate::cmd::ed2k::get(ctx, &args.source, &args.out, args.seed, &args.opts);
+    if let Some(link) = args.sources.iter().find(|s| s.starts_with("ed2k://")) {
+        if args.sources.len() > 1 {
+            return Err(bad_input("an ed2k:// link is downloaded on its own"));
+        }
+        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts);
     }
-    let meta = load_torrent(&args.source)?;
+    let metas = args
+        .sources
+        .iter()
+        .map(|s| load_torrent(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let order = if args.sequential {
         Order::Sequential
     } else {
         Order::RarestFirst
     };
-    run_torrent(ctx, meta, args.out, args.seed, order, &args.opts)
+    run_torrents(ctx, metas, args.out, args.seed, order, &args.opts)
 }
 
 /// Reads and checks a .torrent; a bad one exits 2 naming the problem.
@@ -135,10 +144,13 @@ fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
     })
 }
 
-/// Downloads (and with `seed`, then seeds) one torrent with progress.
-pub(crate) fn run_torrent(
+/// Downloads (and with `seed`, then seeds) torrents with progress. Every
+/// torrent obeys the same download and upload caps (one bucket each, shared
+/// by demand); with a fixed `--listen` port, torrent `i` listens on
+/// port + i.
+pub(crate) fn run_torrents(
     ctx: &Ctx,
-    meta: Arc<Metainfo>,
+    metas: Vec<Arc<Metainfo>>,
     out: PathBuf,
     seed: bool,
     order: Order,
@@ -147,82 +159,118 @@ pub(crate) fn run_torrent(
     let peers = resolve_peers(ctx, &opts.peers)?;
     let rt = crate::cmd::runtime()?;
     rt.block_on(async move {
-        let mut cfg = BtConfig::new(ctx.policy.clone(), out);
-        cfg.listen = Some(opts.listen);
-        cfg.peers = peers;
-        cfg.use_trackers = !opts.no_trackers;
-        cfg.seed = seed;
-        cfg.order = order;
-        cfg.max_peers = opts.max_peers;
-        cfg.recheck = opts.recheck;
-        cfg.max_requests = opts.max_requests;
-        cfg.down = limiter(&opts.max_down, "--max-down")?;
-        cfg.up = limiter(&opts.max_up, "--max-up")?;
-        let name = meta.info.name.clone();
-        let total = meta.info.total_length();
-        let handle = match bt::start(meta.clone(), cfg.clone()).await {
-            Ok(h) => h,
-            Err(bt::BtError::Listen { addr, .. }) if addr.port() == 6881 => {
-                // The default port is taken: let the system pick one.
-                cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
-                bt::start(meta, cfg).await?
+        let mut base = BtConfig::new(ctx.policy.clone(), out);
+        base.peers = peers;
+        base.use_trackers = !opts.no_trackers;
+        base.seed = seed;
+        base.order = order;
+        base.max_peers = opts.max_peers;
+        base.recheck = opts.recheck;
+        base.max_requests = opts.max_requests;
+        base.down = limiter(&opts.max_down, "--max-down")?;
+        base.up = limiter(&opts.max_up, "--max-up")?;
+        let multi = indicatif::MultiProgress::new();
+        let mut running = Vec::new();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(metas.len().max(1));
+        for (i, meta) in metas.into_iter().enumerate() {
+            let mut cfg = base.clone();
+            let port = if opts.listen.port() == 0 {
+                0
+            } else {
+                opts.listen.port().saturating_add(i as u16)
+            };
+            cfg.listen = Some(SocketAddr::new(opts.listen.ip(), port));
+            let handle = match bt::start(meta.clone(), cfg.clone()).await {
+                Ok(h) => h,
+                Err(bt::BtError::Listen { addr, .. }) if opts.listen.port() == 6881 => {
+                    // The default port is taken: let the system pick one.
+                    cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
+                    bt::start(meta.clone(), cfg).await?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(a) = handle.local_addr {
+                tracing::info!("{}: listening on {a}", meta.info.name);
             }
-            Err(e) => return Err(e.into()),
-        };
-        if let Some(a) = handle.local_addr {
-            tracing::info!("listening on {a}");
+            let display = Progress::new_in(
+                &multi,
+                &meta.info.name,
+                meta.info.total_length(),
+                opts.quiet,
+            );
+            let progress = handle.progress.clone();
+            let stopper = handle.stopper();
+            let done = done_tx.clone();
+            let task = tokio::spawn(async move {
+                let r = handle.wait().await;
+                let _ = done.send(()).await;
+                r
+            });
+            running.push((meta, progress, stopper, display, task));
         }
-        let mut display = Progress::new(&name, total, opts.quiet);
-        let mut rx = handle.progress.clone();
-        let stopper = handle.stopper();
+        drop(done_tx);
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::pin!(ctrl_c);
         let mut interrupted = false;
-        let summary_task = tokio::spawn(handle.wait());
-        while !summary_task.is_finished() {
+        let mut finished = 0;
+        // Ends the moment the last torrent does (not on the next tick).
+        while finished < running.len() {
             tokio::select! {
                 _ = tick.tick() => {}
+                Some(()) = done_rx.recv() => finished += 1,
                 _ = &mut ctrl_c, if !interrupted => {
                     interrupted = true;
-                    eprintln!("{name}: stopping (verified pieces are kept for resume)");
-                    stopper.stop().await;
+                    eprintln!("stopping (verified pieces are kept for resume)");
+                    for r in &running {
+                        r.2.stop().await;
+                    }
                 }
             }
-            let p = rx.borrow_and_update().clone();
-            display.update(&Sample {
-                done: p.stats.bytes_had,
-                total: p.total,
-                down_rate: p.stats.download_rate,
-                up_rate: p.stats.upload_rate,
-                peers: p.stats.peers,
-                phase: match p.phase {
-                    Phase::Checking => "checking",
-                    Phase::Downloading => "downloading",
-                    Phase::Seeding => "seeding",
-                    Phase::Done => "done",
-                },
-            });
+            for (_, rx, _, display, _) in running.iter_mut() {
+                let p = rx.borrow_and_update().clone();
+                display.update(&Sample {
+                    done: p.stats.bytes_had,
+                    total: p.total,
+                    down_rate: p.stats.download_rate,
+                    up_rate: p.stats.upload_rate,
+                    peers: p.stats.peers,
+                    phase: match p.phase {
+                        Phase::Checking => "checking",
+                        Phase::Downloading => "downloading",
+                        Phase::Seeding => "seeding",
+                        Phase::Done => "done",
+                    },
+                });
+            }
         }
-        let summary = summary_task.await??;
-        let secs = summary.elapsed.as_secs_f64();
-        if summary.complete {
-            display.finish(&format!(
-                "complete: {} in {:.2} s ({}), uploaded {}",
-                crate::progress::bytes(summary.stats.bytes_had),
-                secs,
-                crate::progress::rate(summary.stats.downloaded as f64 / secs.max(1e-9)),
-                crate::progress::bytes(summary.stats.uploaded)
-            ));
-            Ok(ExitCode::SUCCESS)
+        let mut all_complete = true;
+        for (meta, _, _, mut display, task) in running {
+            let summary = task.await??;
+            let total = meta.info.total_length();
+            let secs = summary.elapsed.as_secs_f64();
+            if summary.complete {
+                display.finish(&format!(
+                    "complete: {} in {:.2} s ({}), uploaded {}",
+                    crate::progress::bytes(summary.stats.bytes_had),
+                    secs,
+                    crate::progress::rate(summary.stats.downloaded as f64 / secs.max(1e-9)),
+                    crate::progress::bytes(summary.stats.uploaded)
+                ));
+            } else {
+                all_complete = false;
+                display.finish(&format!(
+                    "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                    summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
+                    summary.stats.hash_failures,
+                    summary.stats.banned
+                ));
+            }
+        }
+        Ok(if all_complete {
+            ExitCode::SUCCESS
         } else {
-            display.finish(&format!(
-                "stopped at {:.1}% ({} hash failures, {} peers banned)",
-                summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
-                summary.stats.hash_failures,
-                summary.stats.banned
-            ));
-            Ok(ExitCode::from(1))
-        }
+            ExitCode::from(1)
+        })
     })
 }

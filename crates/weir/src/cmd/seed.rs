@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use weir_core::picker::Order;
 
 use crate::cmd::Ctx;
-use crate::cmd::get::{TransferOpts, load_torrent, run_torrent};
+use crate::cmd::get::{TransferOpts, load_torrent, run_torrents};
 use crate::exit::bad_input;
 
 /// Arguments of `weir seed`.
@@ -35,5 +35,12 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         ));
     };
     let meta = load_torrent(&torrent.to_string_lossy())?;
-    run_torrent(ctx, meta, dir.clone(), true, Order::RarestFirst, &args.opts)
+    run_torrents(
+        ctx,
+        vec![meta],
+        dir.clone(),
+        true,
+        Order::RarestFirst,
+        &args.opts,
+    )
 }

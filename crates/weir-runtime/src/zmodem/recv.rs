@@ -1,0 +1,305 @@
+//! Receiving files: the driver loop around [`weir_zmodem::Receiver`], and
+//! the file decisions (safe names, no overwriting unless asked, resume).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use weir_core::safepath::{self, Platform};
+use weir_zmodem::consts::MAX_FILE_SIZE;
+use weir_zmodem::{FileRequest, Receiver, ReceiverConfig, RecvEvent};
+
+use super::line::{Line, READ_CHUNK};
+use super::{PROGRESS_EVERY, Progress, ZmodemError};
+
+/// How to receive.
+#[derive(Clone, Debug)]
+pub struct RecvOptions {
+    /// Protocol settings.
+    pub core: ReceiverConfig,
+    /// Where files go. Names from the wire can never leave it.
+    pub dir: PathBuf,
+    /// Replace existing files (also when the sender asks with ZMCLOB).
+    pub overwrite: bool,
+    /// Resume partial files (also when the sender asks with ZCRESUM).
+    pub resume: bool,
+}
+
+impl Default for RecvOptions {
+    fn default() -> Self {
+        RecvOptions {
+            core: ReceiverConfig::default(),
+            dir: PathBuf::from("."),
+            overwrite: false,
+            resume: false,
+        }
+    }
+}
+
+/// What a receive did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecvReport {
+    /// Files received completely.
+    pub received: Vec<PathBuf>,
+    /// Files skipped because they exist (or could not be resumed).
+    pub skipped: usize,
+    /// Files refused because their name or size was unacceptable.
+    pub refused: usize,
+    /// Payload bytes written.
+    pub bytes: u64,
+    /// Retransmissions asked for.
+    pub retransmits: u64,
+}
+
+struct Current {
+    path: PathBuf,
+    name: String,
+    file: File,
+    size: Option<u64>,
+    mtime: Option<u64>,
+    mode: Option<u32>,
+    start: u64,
+    started: Instant,
+}
+
+enum Decision {
+    Accept(Current),
+    Skip {
+        name: String,
+        reason: String,
+        refused: bool,
+    },
+}
+
+/// Receives files over `line` into `opts.dir` until the sender ends the
+/// session. A file cut short by an error is kept for a later resume.
+pub fn receive_files(
+    line: Line,
+    opts: &RecvOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<RecvReport, ZmodemError> {
+    let mut line = line;
+    let mut inbuf = vec![0u8; READ_CHUNK];
+    let mut r = Receiver::new(opts.core.clone(), Instant::now());
+    let mut report = RecvReport::default();
+    let mut cur: Option<Current> = None;
+    let mut last_progress = Instant::now();
+    let result: Result<(), ZmodemError> = 'run: loop {
+        // Events first: data to write, offers to decide.
+        while let Some(ev) = r.poll_event() {
+            match ev {
+                RecvEvent::FileOffered(req) => match decide(&req, opts) {
+                    Decision::Accept(c) => {
+                        progress(Progress::FileStarted {
+                            name: c.name.clone(),
+                            size: c.size,
+                            offset: c.start,
+                        });
+                        // Positions are 32-bit; decide() refused bigger files.
+                        r.accept(Instant::now(), c.start as u32);
+                        cur = Some(c);
+                    }
+                    Decision::Skip {
+                        name,
+                        reason,
+                        refused,
+                    } => {
+                        if refused {
+                            report.refused += 1;
+                        } else {
+                            report.skipped += 1;
+                        }
+                        progress(Progress::FileSkipped { name, reason });
+                        r.skip(Instant::now());
+                    }
+                },
+                RecvEvent::Data { offset, data } => {
+                    let Some(c) = cur.as_mut() else { continue };
+                    if let Err(e) = c.file.write_all_at(&data, offset) {
+                        let path = c.path.display().to_string();
+                        r.cancel();
+                        break 'run Err(ZmodemError::File { path, source: e });
+                    }
+                    report.bytes += data.len() as u64;
+                    if last_progress.elapsed() >= PROGRESS_EVERY {
+                        last_progress = Instant::now();
+                        progress(Progress::Bytes {
+                            pos: offset + data.len() as u64,
+                            size: c.size,
+                        });
+                    }
+                }
+                RecvEvent::FileDone { size } => {
+                    if let Some(c) = cur.take() {
+                        finish_file(&c);
+                        progress(Progress::FileDone {
+                            name: c.name,
+                            bytes: size - c.start,
+                            elapsed: c.started.elapsed(),
+                        });
+                        report.received.push(c.path);
+                    }
+                }
+                RecvEvent::FileAbandoned { .. } => {
+                    if let Some(c) = cur.take() {
+                        progress(Progress::FileSkipped {
+                            name: c.name,
+                            reason: "the sender gave it up".into(),
+                        });
+                    }
+                }
+                RecvEvent::Retransmit { pos, .. } => progress(Progress::Retransmit { pos }),
+                RecvEvent::Finished => {}
+            }
+        }
+        // Answers to the line.
+        let pending = r.pending_output();
+        if !pending.is_empty() {
+            match line.write(pending) {
+                Ok(n) => r.consume_output(n),
+                Err(e) => break Err(ZmodemError::Line(e)),
+            }
+            continue;
+        }
+        if r.is_done() {
+            break Ok(());
+        }
+        let wait = r
+            .poll_timeout()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let res = match line.wait_input(wait) {
+            Ok(true) => match line.read(&mut inbuf) {
+                Ok(0) => r.handle_eof(Instant::now()),
+                Ok(n) => r.handle_input(Instant::now(), &inbuf[..n]),
+                Err(e) => break Err(ZmodemError::Line(e)),
+            },
+            Ok(false) => r.handle_timeout(Instant::now()),
+            Err(e) => break Err(ZmodemError::Line(e)),
+        };
+        if let Err(e) = res {
+            // Write what was checked before the failure (a partial file to
+            // resume), then say why.
+            while let Some(ev) = r.poll_event() {
+                if let (RecvEvent::Data { offset, data }, Some(c)) = (ev, cur.as_mut()) {
+                    let _ = c.file.write_all_at(&data, offset);
+                    report.bytes += data.len() as u64;
+                }
+            }
+            break Err(e.into());
+        }
+    };
+    let _ = line.write_all(r.pending_output());
+    report.retransmits = r.retransmits();
+    result.map(|()| report)
+}
+
+/// Decides what to do with an offered file: where it goes, whether it may
+/// be created, replaced or resumed.
+fn decide(req: &FileRequest, opts: &RecvOptions) -> Decision {
+    let raw = String::from_utf8_lossy(&req.info.name).into_owned();
+    let skip = |reason: String, refused: bool| Decision::Skip {
+        name: raw.clone(),
+        reason,
+        refused,
+    };
+    // Reject absolute names and `..` anywhere; keep the last component (as
+    // lrzsz `rz` does without -p).
+    let name = match safepath::relative_components(&raw, Platform::current()) {
+        Ok(mut parts) => parts.pop().unwrap_or_default(),
+        Err(e) => return skip(format!("refused: {e}"), true),
+    };
+    if let Some(size) = req.info.size {
+        if size > MAX_FILE_SIZE {
+            return skip(
+                format!("refused: {size} bytes is over ZMODEM's 4 GiB limit"),
+                true,
+            );
+        }
+    }
+    let path = opts.dir.join(&name);
+    let mut start = 0u64;
+    let file = match new_file(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let existing = std::fs::symlink_metadata(&path)
+                .map(|m| m.len())
+                .unwrap_or(0);
+            if opts.resume || req.wants_resume() {
+                match req.info.size {
+                    Some(size) if existing <= size => match open_existing(&path, false) {
+                        Ok(f) => {
+                            start = existing;
+                            f
+                        }
+                        Err(e) => return skip(format!("cannot open: {e}"), false),
+                    },
+                    _ => {
+                        return skip(
+                            "exists and is longer than the offered file; not resumed".into(),
+                            false,
+                        );
+                    }
+                }
+            } else if opts.overwrite || req.wants_overwrite() {
+                match open_existing(&path, true) {
+                    Ok(f) => f,
+                    Err(e) => return skip(format!("cannot replace: {e}"), false),
+                }
+            } else {
+                return skip("exists (use -y to replace it)".into(), false);
+            }
+        }
+        Err(e) => return skip(format!("cannot create: {e}"), false),
+    };
+    Decision::Accept(Current {
+        path,
+        name,
+        file,
+        size: req.info.size,
+        mtime: req.info.mtime,
+        mode: req.info.mode,
+        start,
+        started: Instant::now(),
+    })
+}
+
+/// Creates a file that does not exist yet (never follows a symlink).
+fn new_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+}
+
+/// Opens an existing regular file for writing (not through a symlink).
+fn open_existing(path: &Path, truncate: bool) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .truncate(truncate)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
+/// Applies the sender's modification time and permission bits.
+fn finish_file(c: &Current) {
+    if let Some(m) = c.mtime.filter(|&m| m > 0) {
+        let _ = c
+            .file
+            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(m));
+    }
+    if let Some(mode) = c.mode.map(|m| m & 0o777).filter(|&m| m != 0) {
+        let _ = c
+            .file
+            .set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+}

@@ -1069,7 +1069,10 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     })?;
     let parsed = weir_ed2k::link::FileLink::parse(&link)?;
     assert_eq!(parsed.sources.len(), 1, "{link}");
-    assert_eq!(parsed.sources[0].addr(), Some(SocketAddrV4::new(weir_ip, 4662)));
+    assert_eq!(
+        parsed.sources[0].addr(),
+        Some(SocketAddrV4::new(weir_ip, 4662))
+    );
     wait_line(&lines, deadline, "weir's file offer", |l| {
         l.starts_with("offer ") && l.contains("total=1")
     })?;

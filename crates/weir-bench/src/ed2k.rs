@@ -304,8 +304,15 @@ impl RunCtx<'_> {
     }
 
     /// Starts `weir seed --ed2k src` and returns it with the link it prints.
-    fn seed(&self, mut cmd: Command, src: &Path, listen: &str) -> anyhow::Result<(Proc, String)> {
+    fn seed(
+        &self,
+        mut cmd: Command,
+        src: &Path,
+        listen: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<(Proc, String)> {
         cmd.args(["seed", "--ed2k", "-q", "--listen", listen])
+            .args(extra)
             .arg(src)
             .stdout(Stdio::piped());
         let mut seed = Proc::spawn("weir seed", &mut cmd)?;
@@ -327,7 +334,7 @@ impl RunCtx<'_> {
         out: &Path,
         src: &Path,
     ) -> anyhow::Result<weir_lab::process::Usage> {
-        cmd.args(["get", link, "-q", "-o"])
+        cmd.args(["get", link, "-q", "--listen", "127.0.0.1:0", "-o"])
             .arg(out)
             .stdout(Stdio::null());
         let mut get = Proc::spawn("weir get", &mut cmd)?;
@@ -350,6 +357,7 @@ impl RunCtx<'_> {
             self.weir(None, &dir.path().join("home-seed"), allow),
             src,
             "127.0.0.1:0",
+            &[],
         )?;
         let cpu0 = tree_cpu_s(seed.pid());
         let usage = self.get(
@@ -443,9 +451,12 @@ impl RunCtx<'_> {
             l.starts_with("listening on")
         })?;
 
-        let mut cmd = self.weir(Some(&srv_ns), &dir.path().join("home-seed"), &allow);
-        cmd.args(["--server", &server_addr.to_string()]);
-        let (mut seed, link) = self.seed(cmd, src, &format!("{weir_ip}:4662"))?;
+        let (mut seed, link) = self.seed(
+            self.weir(Some(&srv_ns), &dir.path().join("home-seed"), &allow),
+            src,
+            &format!("{weir_ip}:4662"),
+            &["--server", &server_addr.to_string()],
+        )?;
         wait_line(&lines, deadline, "weir's file offer", |l| {
             l.starts_with("offer ")
         })?;

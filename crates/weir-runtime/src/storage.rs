@@ -20,6 +20,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::thread;
 
@@ -56,6 +57,8 @@ pub struct DiskStorage {
     senders: Vec<mpsc::Sender<StorageOp>>,
     handles: Vec<thread::JoinHandle<()>>,
     writer: Option<thread::JoinHandle<()>>,
+    /// Bytes submitted for writing and not yet written.
+    backlog: Arc<AtomicU64>,
 }
 
 /// Hashed data on its way to the writer thread.
@@ -194,14 +197,18 @@ impl DiskStorage {
             journal,
         });
         let (wtx, wrx) = mpsc::channel::<WriteJob>();
+        let backlog = Arc::new(AtomicU64::new(0));
         let writer = {
             let shared = shared.clone();
             let events = events.clone();
+            let backlog = backlog.clone();
             thread::Builder::new()
                 .name("weir-write".into())
                 .spawn(move || {
                     for job in wrx {
+                        let len = job.data.iter().map(|d| d.len() as u64).sum();
                         let ev = write_job(&shared, job);
+                        backlog.fetch_sub(len, Ordering::Relaxed);
                         if let Some(ev) = ev
                             && events.send(ev).is_err()
                         {
@@ -218,13 +225,14 @@ impl DiskStorage {
             let shared = shared.clone();
             let events = events.clone();
             let wtx = wtx.clone();
+            let backlog = backlog.clone();
             let mut verifier = PieceVerifier::new(cfg.geometry, cfg.digests.clone());
             let geo = cfg.geometry;
             let h = thread::Builder::new()
                 .name(format!("weir-hash-{w}"))
                 .spawn(move || {
                     for op in rx {
-                        if let Some(ev) = execute(&shared, &geo, &mut verifier, &wtx, op)
+                        if let Some(ev) = execute(&shared, &geo, &mut verifier, &wtx, &backlog, op)
                             && events.send(ev).is_err()
                         {
                             break;
@@ -238,7 +246,17 @@ impl DiskStorage {
             senders,
             handles,
             writer: Some(writer),
+            backlog,
         })
+    }
+
+    /// Bytes handed to [`DiskStorage::submit`] for writing that are not
+    /// written yet (waiting for hashing or for the writer). A driver whose
+    /// network outruns hashing and writing (eD2k's MD4 and AICH on two
+    /// cores) stops reading its sockets while this is high, so memory stays
+    /// bounded and TCP slows the sender.
+    pub fn backlog(&self) -> u64 {
+        self.backlog.load(Ordering::Relaxed)
     }
 
     /// Queues an operation. Never blocks.
@@ -250,6 +268,7 @@ impl DiskStorage {
             | StorageOp::Check { piece } => u64::from(*piece) % n,
             StorageOp::Read { id, .. } => id % n,
         };
+        self.backlog.fetch_add(write_len(&op), Ordering::Relaxed);
         // A closed worker means the transfer is shutting down.
         let _ = self.senders[w as usize].send(op);
     }
@@ -264,6 +283,14 @@ impl DiskStorage {
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
+    }
+}
+
+/// The data bytes an operation carries (0 but for a write).
+fn write_len(op: &StorageOp) -> u64 {
+    match op {
+        StorageOp::Write { data, .. } => data.iter().map(|d| d.len() as u64).sum(),
+        _ => 0,
     }
 }
 
@@ -288,6 +315,7 @@ fn execute(
     geo: &Geometry,
     verifier: &mut PieceVerifier,
     writer: &mpsc::Sender<WriteJob>,
+    backlog: &AtomicU64,
     op: StorageOp,
 ) -> Option<StorageEvent> {
     match op {
@@ -305,9 +333,12 @@ fn execute(
                     let _ = writer.send(job);
                     None
                 }
-                Err(e) => Some(StorageEvent::Failed {
-                    error: e.to_string(),
-                }),
+                Err(e) => {
+                    backlog.fetch_sub(data.iter().map(|d| d.len() as u64).sum(), Ordering::Relaxed);
+                    Some(StorageEvent::Failed {
+                        error: e.to_string(),
+                    })
+                }
             }
         }
         StorageOp::Abandon { piece } => {
@@ -484,6 +515,7 @@ mod tests {
                 data: vec![piece.slice(half..half + 10), piece.slice(half + 10..)],
             });
         }
+        assert!(s.backlog() <= data.len() as u64, "{}", s.backlog());
         let mut verdicts = std::collections::BTreeMap::new();
         while verdicts.len() < 4 {
             match rx.recv().await.unwrap() {
@@ -497,6 +529,8 @@ mod tests {
             verdicts.values().copied().collect::<Vec<_>>(),
             [true, false, true, true]
         );
+        // Every byte was written before its piece's verdict.
+        assert_eq!(s.backlog(), 0);
         s.submit(StorageOp::Read {
             id: 9,
             piece: 2,

@@ -403,6 +403,9 @@ struct ServerConn {
 
 /// How often a server is asked for sources of an incomplete download.
 const SOURCE_REASK: Duration = Duration::from_secs(60);
+/// Received bytes waiting for hashing above which the driver stops reading
+/// packets (see [`DiskStorage::backlog`]): a few parts' worth.
+const STORAGE_BACKLOG_LIMIT: u64 = 32 << 20;
 /// How long before a lost server is dialled again.
 const SERVER_RETRY: Duration = Duration::from_secs(30);
 
@@ -470,6 +473,16 @@ impl Driver {
                 .client
                 .poll_timeout()
                 .map(tokio::time::Instant::from_std);
+            // Hashing behind the network: leave the connections' packets
+            // unread (their readers then stop reading, and TCP slows the
+            // peers) until the workers catch up; each part they finish
+            // wakes this loop.
+            let backlogged = self
+                .storages
+                .values()
+                .map(DiskStorage::backlog)
+                .sum::<u64>()
+                > STORAGE_BACKLOG_LIMIT;
             tokio::select! {
                 biased;
                 Some((file, ev)) = storage_rx.recv() => {
@@ -479,7 +492,7 @@ impl Driver {
                         self.client.handle_storage(file, ev, now);
                     }
                 }
-                m = rx.recv() => match m {
+                m = rx.recv(), if !backlogged => match m {
                     Some(Msg::Stop) | None => break,
                     Some(m) => self.handle(m),
                 },

@@ -227,9 +227,12 @@ fn run(
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::pin!(ctrl_c);
         let mut interrupted = false;
-        let summary_task = tokio::spawn(handle.wait());
-        while !summary_task.is_finished() {
+        // The run's end is awaited, not polled: `weir get` exits the moment
+        // the file is complete, not at the next display tick.
+        let mut summary_task = tokio::spawn(handle.wait());
+        let summary = loop {
             tokio::select! {
+                s = &mut summary_task => break s,
                 _ = tick.tick() => {}
                 _ = &mut ctrl_c, if !interrupted => {
                     interrupted = true;
@@ -251,8 +254,8 @@ fn run(
                     Phase::Done => "done",
                 },
             });
-        }
-        let summary = summary_task.await??;
+        };
+        let summary = summary??;
         let secs = summary.elapsed.as_secs_f64();
         let st = &summary.stats;
         if print_links {

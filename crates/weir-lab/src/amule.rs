@@ -91,6 +91,10 @@ impl AmuleConfig {
     }
 }
 
+/// How long amuled may stay in "Completing" (moving a finished download
+/// into `Incoming`) before [`Amule::wait_complete`] takes its part file.
+pub const COMPLETING_LIMIT: Duration = Duration::from_secs(20);
+
 /// Loopback, or an address a test's own veth pair may carry.
 fn lab_address(ip: Ipv4Addr) -> bool {
     ip.is_loopback() || ip.is_private() || (ip.octets()[0] == 198 && ip.octets()[1] & 0xfe == 18)
@@ -544,24 +548,73 @@ impl Amule {
         self.dir.join("Incoming").join(name)
     }
 
-    /// Waits (bounded, polling) until the download `name` is complete in
-    /// `Incoming` with `size` bytes; `alive` is asked between polls and
-    /// ends the wait early with its error (a seeder that died, say).
+    /// Waits (bounded, polling) until amuled has the whole download `name`
+    /// (`size` bytes) and returns where the bytes are; `alive` is asked
+    /// between polls and ends the wait early with its error (a seeder that
+    /// died, say). See [`Amule::wait_complete`].
     pub fn wait_download(
         &self,
         name: &str,
         size: u64,
         timeout: Duration,
-        mut alive: impl FnMut() -> anyhow::Result<()>,
+        alive: impl FnMut() -> anyhow::Result<()>,
     ) -> anyhow::Result<PathBuf> {
+        Ok(self.wait_complete(name, size, timeout, alive)?.0)
+    }
+
+    /// [`Amule::wait_download`], also returning when the file was complete:
+    /// the first of amuled reporting 100% (its download list, polled every
+    /// 250 ms) and the file appearing in `Incoming`. amuled 2.3.3 sometimes
+    /// stays in "Completing" for good after the last byte (its completion
+    /// task never moves the file); after [`COMPLETING_LIMIT`] of that its
+    /// full-size part file in `Temp` is returned instead, and a line says so.
+    pub fn wait_complete(
+        &self,
+        name: &str,
+        size: u64,
+        timeout: Duration,
+        mut alive: impl FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<(PathBuf, std::time::Instant)> {
         let path = self.incoming(name);
-        let deadline = std::time::Instant::now() + timeout;
+        let started = std::time::Instant::now();
+        let mut full_at: Option<std::time::Instant> = None;
+        let mut polled = started;
         loop {
             if std::fs::metadata(&path).is_ok_and(|m| m.len() == size) {
-                return Ok(path);
+                return Ok((path, full_at.unwrap_or_else(std::time::Instant::now)));
             }
             alive()?;
-            if std::time::Instant::now() > deadline {
+            if full_at.is_none() && polled.elapsed() >= Duration::from_millis(250) {
+                polled = std::time::Instant::now();
+                if self
+                    .downloads()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|d| d.name == name && d.percent >= 100.0)
+                {
+                    full_at = Some(polled);
+                }
+            }
+            if let Some(at) = full_at
+                && at.elapsed() > COMPLETING_LIMIT
+            {
+                let part = std::fs::read_dir(self.dir.join("Temp"))?
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .find(|p| {
+                        p.extension().is_some_and(|x| x == "part")
+                            && std::fs::metadata(p).is_ok_and(|m| m.len() == size)
+                    })
+                    .with_context(|| {
+                        format!("amuled reported {name} at 100% but has no full-size part file")
+                    })?;
+                eprintln!(
+                    "amuled stayed in \"Completing\" {COMPLETING_LIMIT:?} after {name} was whole: using {}",
+                    part.display()
+                );
+                return Ok((part, at));
+            }
+            if started.elapsed() > timeout {
                 bail!(
                     "amuled did not complete {name} in {timeout:?}: {:?}\n{}",
                     self.downloads().unwrap_or_default(),

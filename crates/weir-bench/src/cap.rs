@@ -499,7 +499,7 @@ fn unlimited(
         }
     }
     rep.note(&format!(
-        "whole {} MiB download from A ({}, loopback); s: weir's own time to completion (its summary line, 2 decimals); exit s: process start to exit (weir get notices completion on a 500 ms tick)",
+        "whole {} MiB download from A ({}, loopback); s: weir's own time to completion (its summary line, 2 decimals); exit s: process start to exit (start-up, resume check and shutdown included)",
         p.len() >> 20,
         seeder.name()
     ));

@@ -267,7 +267,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         setup.link.describe()
     ));
     report.note(&format!(
-        "time from leecher process start (plain TCP: from connect; weir's done s: its own summary time, as weir get exits up to 0.5 s after completing); bytes = kernel bytes_received on the leecher's sockets to the emulator, sampled every {} ms, interpolated; after completion the payload length",
+        "time from leecher process start (plain TCP: from connect; weir's done s: its own summary time, from its start to the verified last piece); bytes = kernel bytes_received on the leecher's sockets to the emulator, sampled every {} ms, interpolated; after completion the payload length",
         every.as_millis()
     ));
     if needs_tracker {

@@ -250,8 +250,18 @@ pub(crate) fn run_torrents(
             let total = meta.info.total_length();
             let secs = summary.elapsed.as_secs_f64();
             if summary.complete {
+                // After a resume, say how much this run fetched: the rate is
+                // of those bytes, not of the whole file.
+                let fetched = if summary.stats.downloaded < summary.stats.bytes_had {
+                    format!(
+                        ", {} fetched",
+                        crate::progress::bytes(summary.stats.downloaded)
+                    )
+                } else {
+                    String::new()
+                };
                 display.finish(&format!(
-                    "complete: {} in {:.2} s ({}), uploaded {}",
+                    "complete: {} in {:.2} s ({}{fetched}), uploaded {}",
                     crate::progress::bytes(summary.stats.bytes_had),
                     secs,
                     crate::progress::rate(summary.stats.downloaded as f64 / secs.max(1e-9)),

@@ -267,8 +267,14 @@ fn run(
             return Ok(ExitCode::SUCCESS);
         }
         if summary.complete {
+            // After a resume, say how much this run fetched (the rate's bytes).
+            let fetched = if st.downloaded < summary.done {
+                format!(", {} fetched", crate::progress::bytes(st.downloaded))
+            } else {
+                String::new()
+            };
             display.finish(&format!(
-                "complete: {} in {:.2} s ({}), uploaded {}{}",
+                "complete: {} in {:.2} s ({}{fetched}), uploaded {}{}",
                 crate::progress::bytes(summary.done),
                 secs,
                 crate::progress::rate(st.downloaded as f64 / secs.max(1e-9)),

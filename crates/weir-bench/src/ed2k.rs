@@ -25,17 +25,15 @@
 //! 3.0 reports on Linux); weir->amule bounded only by aMule. The notes under
 //! the table say whether the first was met.
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weir_lab::amule::{Amule, AmuleConfig};
 use weir_lab::netns::Netns;
-use weir_lab::process::{Proc, tree_cpu_s};
+use weir_lab::process::{Proc, stdout_lines, tree_cpu_s, wait_line};
 use weir_lab::tmpdir::TempDir;
 
 use crate::BenchConfig;
@@ -253,35 +251,6 @@ fn link_hash(link: &str) -> anyhow::Result<[u8; 16]> {
     Ok(out)
 }
 
-fn line_reader(p: &mut Proc) -> anyhow::Result<mpsc::Receiver<String>> {
-    let out = p.take_stdout().context("stdout not piped")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(rx)
-}
-
-fn wait_line(
-    rx: &mpsc::Receiver<String>,
-    deadline: Instant,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-) -> anyhow::Result<String> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if pred(&l) => return Ok(l),
-            Ok(_) => {}
-            Err(_) => bail!("timed out waiting for {what}"),
-        }
-    }
-}
-
 struct RunCtx<'a> {
     cfg: &'a BenchConfig,
 }
@@ -316,7 +285,7 @@ impl RunCtx<'_> {
             .arg(src)
             .stdout(Stdio::piped());
         let mut seed = Proc::spawn("weir seed", &mut cmd)?;
-        let lines = line_reader(&mut seed)?;
+        let lines = stdout_lines(&mut seed)?;
         let link = wait_line(
             &lines,
             Instant::now() + Duration::from_secs(300),
@@ -446,7 +415,7 @@ impl RunCtx<'_> {
             .arg(server_addr.to_string())
             .stdout(Stdio::piped());
         let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
-        let lines = line_reader(&mut server)?;
+        let lines = stdout_lines(&mut server)?;
         wait_line(&lines, deadline, "the server's listening line", |l| {
             l.starts_with("listening on")
         })?;

@@ -284,6 +284,41 @@ impl Drop for Proc {
     }
 }
 
+/// The lines a process writes on its (piped) stdout, as they come, read by
+/// a thread of their own: for waiting on a line such as a printed link or a
+/// "listening on" with [`wait_line`].
+pub fn stdout_lines(p: &mut Proc) -> anyhow::Result<std::sync::mpsc::Receiver<String>> {
+    use std::io::BufRead;
+    let out = p.take_stdout().context("stdout not piped")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Waits (blocking, until `deadline`) for the first line from `rx` that
+/// `pred` accepts, and returns it; `what` names it in the error.
+pub fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    deadline: Instant,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return Ok(l),
+            Ok(_) => {}
+            Err(_) => anyhow::bail!("timed out waiting for {what}"),
+        }
+    }
+}
+
 /// The last `lines` lines of a text file (at most the last 64 KiB are read).
 pub fn tail_file(path: &Path, lines: usize) -> String {
     let Ok(mut f) = File::open(path) else {

@@ -16,11 +16,9 @@
 //! amuled runs in a network namespace the test creates (only `lo`); with
 //! env `CI` set a missing program or namespace support fails the test.
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -31,6 +29,7 @@ use weir_ed2k::tag::{self, TagValue};
 use weir_ed2k::wire::Reader;
 use weir_ed2k::{AichHash, Md4Hash, PARTSIZE};
 use weir_lab::amule::{Amule, AmuleConfig};
+use weir_lab::process::{stdout_lines, wait_line};
 use weir_lab::{Netns, Proc, TempDir, ci};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -233,34 +232,6 @@ fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
 }
 
 /// Lines a child prints, delivered as they come.
-fn line_reader(p: &mut Proc) -> mpsc::Receiver<String> {
-    let out = p.take_stdout().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_line(
-    rx: &mpsc::Receiver<String>,
-    deadline: Instant,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-) -> anyhow::Result<String> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if pred(&l) => return Ok(l),
-            Ok(_) => {}
-            Err(_) => bail!("timed out waiting for {what}"),
-        }
-    }
-}
 
 #[test]
 fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
@@ -300,7 +271,7 @@ fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
     let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
-    let lines = line_reader(&mut server);
+    let lines = stdout_lines(&mut server)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     wait_line(&lines, deadline, "listening line", |l| {
         l.starts_with("listening on")
@@ -606,7 +577,7 @@ fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
     let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
-    let lines = line_reader(&mut server);
+    let lines = stdout_lines(&mut server)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let l = wait_line(&lines, deadline, "listening line", |l| {
         l.starts_with("listening on")
@@ -770,7 +741,7 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
-    let lines = line_reader(&mut server);
+    let lines = stdout_lines(&mut server)?;
     let deadline = Instant::now() + Duration::from_secs(150);
     wait_line(&lines, deadline, "listening line", |l| {
         l.starts_with("listening on")
@@ -785,7 +756,7 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut seed = Proc::spawn("weir seed", &mut cmd)?;
-    let seed_out = line_reader(&mut seed);
+    let seed_out = stdout_lines(&mut seed)?;
     let link = wait_line(&seed_out, deadline, "the seeder's link", |l| {
         l.starts_with("ed2k://")
     })?;
@@ -844,7 +815,7 @@ fn weir_to_weir_and_bad_links_on_loopback() -> anyhow::Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut seed = Proc::spawn("weir seed", &mut cmd)?;
-    let out = line_reader(&mut seed);
+    let out = stdout_lines(&mut seed)?;
     let link = wait_line(
         &out,
         Instant::now() + Duration::from_secs(120),

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weir_lab::amule::{Amule, AmuleConfig};
-use weir_lab::netns::Netns;
+use weir_lab::netns::{Netns, VethPair};
 use weir_lab::process::{Proc, stdout_lines, tree_cpu_s, wait_line};
 use weir_lab::tmpdir::TempDir;
 
@@ -145,7 +145,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             let got = match case {
                 Case::WeirWeir => ctx.weir_weir(src, size),
                 Case::AmuleWeir => ctx.amule_weir(src, size),
-                Case::WeirAmule => ctx.weir_amule(src, size, run),
+                Case::WeirAmule => ctx.weir_amule(src, size),
             };
             match got {
                 Ok(m) => {
@@ -393,24 +393,16 @@ impl RunCtx<'_> {
         })
     }
 
-    fn weir_amule(&self, src: &Path, size: u64, run: usize) -> anyhow::Result<Measure> {
+    fn weir_amule(&self, src: &Path, size: u64) -> anyhow::Result<Measure> {
         let dir = TempDir::new("ed2k-bench-w2a")?;
-        let net = 150 + ((std::process::id() as usize + run) % 50) as u8;
-        let srv_ns = Netns::new("ed2kb-srv")?;
-        let mule_ns = Netns::new("ed2kb-mule")?;
-        Netns::link_pair(
-            &srv_ns,
-            &mule_ns,
-            &format!("10.231.{net}.1/24"),
-            &format!("10.231.{net}.2/24"),
-        )?;
-        let weir_ip = Ipv4Addr::new(10, 231, net, 1);
-        let mule_ip = Ipv4Addr::new(10, 231, net, 2);
-        let allow = format!("10.231.{net}.0/24");
+        let pair = VethPair::new("ed2kb-srv", "ed2kb-mule", 150)?;
+        let (srv_ns, mule_ns) = (&pair.a, &pair.b);
+        let (weir_ip, mule_ip) = (pair.a_ip, pair.b_ip);
+        let allow = pair.cidr();
         let server_addr = SocketAddrV4::new(weir_ip, 4661);
         let deadline = Instant::now() + Duration::from_secs(300);
 
-        let mut cmd = self.weir(Some(&srv_ns), &dir.path().join("home-srv"), &allow);
+        let mut cmd = self.weir(Some(srv_ns), &dir.path().join("home-srv"), &allow);
         cmd.args(["ed2k-server", "--listen"])
             .arg(server_addr.to_string())
             .stdout(Stdio::piped());
@@ -421,7 +413,7 @@ impl RunCtx<'_> {
         })?;
 
         let (mut seed, link) = self.seed(
-            self.weir(Some(&srv_ns), &dir.path().join("home-seed"), &allow),
+            self.weir(Some(srv_ns), &dir.path().join("home-seed"), &allow),
             src,
             &format!("{weir_ip}:4662"),
             &["--server", &server_addr.to_string()],
@@ -432,7 +424,7 @@ impl RunCtx<'_> {
 
         let mut cfg = AmuleConfig::new("weirbenchdl", mule_ip);
         cfg.lab_server = Some(server_addr);
-        let mut amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+        let mut amule = Amule::start(mule_ns, &dir.path().join("conf"), cfg)?;
         wait_line(&lines, deadline, "amuled's login", |l| {
             l.starts_with("login ") && l.contains(&mule_ip.to_string())
         })?;

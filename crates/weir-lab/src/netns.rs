@@ -288,6 +288,40 @@ fn check_private_cidr(cidr: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Two fresh namespaces joined by a veth pair on `10.231.NET.0/24`: `a`
+/// holds `.1`, `b` holds `.2`. For programs that refuse loopback peers
+/// (aMule drops every source and server in 127.0.0.0/8).
+pub struct VethPair {
+    /// The first namespace (address `.1`).
+    pub a: Netns,
+    /// The second namespace (address `.2`).
+    pub b: Netns,
+    /// `a`'s address.
+    pub a_ip: Ipv4Addr,
+    /// `b`'s address.
+    pub b_ip: Ipv4Addr,
+}
+
+impl VethPair {
+    /// Creates both namespaces (tagged `tag_a`, `tag_b`) and the pair.
+    pub fn new(tag_a: &str, tag_b: &str, net: u8) -> anyhow::Result<Self> {
+        let a = Netns::new(tag_a)?;
+        let b = Netns::new(tag_b)?;
+        let (a_ip, b_ip) = (
+            Ipv4Addr::new(10, 231, net, 1),
+            Ipv4Addr::new(10, 231, net, 2),
+        );
+        Netns::link_pair(&a, &b, &format!("{a_ip}/24"), &format!("{b_ip}/24"))?;
+        Ok(VethPair { a, b, a_ip, b_ip })
+    }
+
+    /// The pair's network as a CIDR (for weir's `--allow`).
+    pub fn cidr(&self) -> String {
+        let [x, y, z, _] = self.a_ip.octets();
+        format!("{x}.{y}.{z}.0/24")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use weir_lab::{Netns, Proc, ci};
+use weir_lab::{Netns, Proc, VethPair, ci};
 
 fn ns_exists(name: &str) -> bool {
     Path::new(weir_lab::netns::NETNS_DIR).join(name).exists()
@@ -192,9 +192,10 @@ fn veth_pair_links_two_namespaces() -> anyhow::Result<()> {
     if !ci::require_root_and_netns()? {
         return Ok(());
     }
-    let a = Netns::new("veth_a")?;
-    let b = Netns::new("veth_b")?;
-    Netns::link_pair(&a, &b, "10.231.7.1/24", "10.231.7.2/24")?;
+    let pair = VethPair::new("veth_a", "veth_b", 7)?;
+    let (a, b) = (&pair.a, &pair.b);
+    assert_eq!(pair.cidr(), "10.231.7.0/24");
+    assert_eq!(pair.a_ip.to_string(), "10.231.7.1");
     assert_eq!(a.links()?.len(), 2);
     let l = a.run_in(|| TcpListener::bind("10.231.7.1:0").unwrap());
     let addr = l.local_addr()?;
@@ -209,8 +210,8 @@ fn veth_pair_links_two_namespaces() -> anyhow::Result<()> {
     let mut got = String::new();
     s.read_to_string(&mut got)?;
     assert_eq!(got, "over veth");
-    assert!(Netns::link_pair(&a, &a, "10.231.8.1/24", "10.231.8.2/24").is_err());
-    assert!(Netns::link_pair(&a, &b, "1.2.3.4/24", "10.231.9.2/24").is_err());
+    assert!(Netns::link_pair(a, a, "10.231.8.1/24", "10.231.8.2/24").is_err());
+    assert!(Netns::link_pair(a, b, "1.2.3.4/24", "10.231.9.2/24").is_err());
     Ok(())
 }
 

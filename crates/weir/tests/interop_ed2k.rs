@@ -30,7 +30,7 @@ use weir_ed2k::wire::Reader;
 use weir_ed2k::{AichHash, Md4Hash, PARTSIZE};
 use weir_lab::amule::{Amule, AmuleConfig};
 use weir_lab::process::{stdout_lines, wait_line};
-use weir_lab::{Netns, Proc, TempDir, ci};
+use weir_lab::{Netns, Proc, TempDir, VethPair, ci};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
@@ -231,8 +231,6 @@ fn hash_and_aich_match_amuled() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Lines a child prints, delivered as they come.
-
 #[test]
 fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
     if !lab_ready()? {
@@ -247,29 +245,16 @@ fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
 
     // aMule drops servers (and sources) in 127.0.0.0/8 (IsGoodIP), so the
     // server and amuled sit on two namespaces joined by a veth pair.
-    let net = 200 + (std::process::id() % 50) as u8;
-    let srv_ns = Netns::new("ed2k-srv")?;
-    let mule_ns = Netns::new("ed2k-mule")?;
-    Netns::link_pair(
-        &srv_ns,
-        &mule_ns,
-        &format!("10.231.{net}.1/24"),
-        &format!("10.231.{net}.2/24"),
-    )?;
-    let server_ip = Ipv4Addr::new(10, 231, net, 1);
-    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
+    let pair = VethPair::new("ed2k-srv", "ed2k-mule", 200)?;
+    let (srv_ns, mule_ns) = (&pair.a, &pair.b);
+    let (server_ip, mule_ip) = (pair.a_ip, pair.b_ip);
     let server_addr = SocketAddrV4::new(server_ip, 4661);
     let mut cmd = srv_ns.command(WEIR);
-    cmd.args([
-        "--allow",
-        &format!("10.231.{net}.0/24"),
-        "ed2k-server",
-        "--listen",
-    ])
-    .arg(server_addr.to_string())
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    cmd.args(["--allow", &pair.cidr(), "ed2k-server", "--listen"])
+        .arg(server_addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     let mut server = Proc::spawn("weir ed2k-server", &mut cmd)?;
     let lines = stdout_lines(&mut server)?;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -280,7 +265,7 @@ fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
     let mut cfg = AmuleConfig::new("weirsrv", mule_ip);
     cfg.shared_dirs.push(share.clone());
     cfg.lab_server = Some(server_addr);
-    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    let amule = Amule::start(mule_ns, &dir.path().join("conf"), cfg)?;
     let login = wait_line(&lines, deadline, "amuled's login", |l| {
         l.starts_with("login ")
     })?;
@@ -721,20 +706,12 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     write_file(&src, size, 41)?;
     let data = std::fs::read(&src)?;
 
-    let net = 100 + (std::process::id() % 50) as u8;
-    let srv_ns = Netns::new("ed2k-seed-srv")?;
-    let mule_ns = Netns::new("ed2k-seed-mule")?;
-    Netns::link_pair(
-        &srv_ns,
-        &mule_ns,
-        &format!("10.231.{net}.1/24"),
-        &format!("10.231.{net}.2/24"),
-    )?;
-    let weir_ip = Ipv4Addr::new(10, 231, net, 1);
-    let mule_ip = Ipv4Addr::new(10, 231, net, 2);
-    let allow = format!("10.231.{net}.0/24");
+    let pair = VethPair::new("ed2k-seed-srv", "ed2k-seed-mule", 100)?;
+    let (srv_ns, mule_ns) = (&pair.a, &pair.b);
+    let (weir_ip, mule_ip) = (pair.a_ip, pair.b_ip);
+    let allow = pair.cidr();
     let server_addr = SocketAddrV4::new(weir_ip, 4661);
-    let mut cmd = weir_cmd(Some(&srv_ns), &dir.path().join("srvhome"), &allow);
+    let mut cmd = weir_cmd(Some(srv_ns), &dir.path().join("srvhome"), &allow);
     cmd.args(["ed2k-server", "--listen"])
         .arg(server_addr.to_string())
         .stdin(Stdio::null())
@@ -747,7 +724,7 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
         l.starts_with("listening on")
     })?;
 
-    let mut cmd = weir_cmd(Some(&srv_ns), &dir.path().join("home"), &allow);
+    let mut cmd = weir_cmd(Some(srv_ns), &dir.path().join("home"), &allow);
     cmd.args(["seed", "--ed2k"])
         .arg(&src)
         .args(["--listen", &format!("{weir_ip}:4662")])
@@ -772,7 +749,7 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
 
     let mut cfg = AmuleConfig::new("weirseedtest", mule_ip);
     cfg.lab_server = Some(server_addr);
-    let amule = Amule::start(&mule_ns, &dir.path().join("conf"), cfg)?;
+    let amule = Amule::start(mule_ns, &dir.path().join("conf"), cfg)?;
     wait_line(&lines, deadline, "amuled's login", |l| {
         l.starts_with("login ") && l.contains(&mule_ip.to_string())
     })?;

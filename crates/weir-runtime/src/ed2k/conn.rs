@@ -62,21 +62,9 @@ pub(crate) async fn dial(
     addr: SocketAddr,
     tx: mpsc::Sender<Msg>,
 ) {
-    let r = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        crate::net::connect_tcp_from(&policy, local, addr),
-    )
-    .await;
-    let msg = match r {
-        Ok(Ok(stream)) => Msg::Dialed { stream, addr },
-        Ok(Err(e)) => Msg::DialFailed {
-            addr,
-            error: e.to_string(),
-        },
-        Err(_) => Msg::DialFailed {
-            addr,
-            error: "connect timed out".into(),
-        },
+    let msg = match connect(&policy, local, addr).await {
+        Ok(stream) => Msg::Dialed { stream, addr },
+        Err(error) => Msg::DialFailed { addr, error },
     };
     let _ = tx.send(msg).await;
 }
@@ -88,23 +76,28 @@ pub(crate) async fn dial_server(
     addr: SocketAddr,
     tx: mpsc::Sender<Msg>,
 ) {
-    let r = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        crate::net::connect_tcp_from(&policy, local, addr),
-    )
-    .await;
-    let msg = match r {
-        Ok(Ok(stream)) => Msg::ServerUp { stream, addr },
-        Ok(Err(e)) => Msg::ServerDown {
-            addr,
-            error: e.to_string(),
-        },
-        Err(_) => Msg::ServerDown {
-            addr,
-            error: "connect timed out".into(),
-        },
+    let msg = match connect(&policy, local, addr).await {
+        Ok(stream) => Msg::ServerUp { stream, addr },
+        Err(error) => Msg::ServerDown { addr, error },
     };
     let _ = tx.send(msg).await;
+}
+
+/// A policy-checked connect bounded by [`CONNECT_TIMEOUT`].
+async fn connect(
+    policy: &NetPolicy,
+    local: Option<IpAddr>,
+    addr: SocketAddr,
+) -> Result<TcpStream, String> {
+    match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        crate::net::connect_tcp_from(policy, local, addr),
+    )
+    .await
+    {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("connect timed out".into()),
+    }
 }
 
 /// Prepares a stream for the shared reader and writer: no Nagle delay

@@ -32,6 +32,12 @@ use weir_core::storage::{Digest, FileLayout, PieceVerifier, StorageEvent, Storag
 
 const JOURNAL_MAGIC: &[u8; 8] = b"weirrsm1";
 
+/// Bytes submitted and not yet written (see [`DiskStorage::backlog`]) above
+/// which a driver stops reading its connections' packets: a few pieces or
+/// eD2k parts' worth, so memory stays bounded when hashing or the disk is
+/// slower than the network.
+pub const BACKLOG_LIMIT: u64 = 32 << 20;
+
 /// Where and how a transfer's data is stored.
 #[derive(Clone, Debug)]
 pub struct StorageConfig {

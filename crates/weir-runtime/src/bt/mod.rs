@@ -433,6 +433,13 @@ impl Driver {
                 .torrent
                 .poll_timeout()
                 .map(tokio::time::Instant::from_std);
+            // Hashing or the disk behind the network: leave the peers'
+            // messages unread (TCP then slows them) until the workers catch
+            // up; each piece they finish wakes this loop.
+            let backlogged = self
+                .storage
+                .as_ref()
+                .is_some_and(|s| s.backlog() > crate::storage::BACKLOG_LIMIT);
             tokio::select! {
                 biased;
                 Some(ev) = storage_rx.recv() => {
@@ -442,7 +449,7 @@ impl Driver {
                         self.torrent.handle_storage(ev, now);
                     }
                 }
-                m = rx.recv() => match m {
+                m = rx.recv(), if !backlogged => match m {
                     Some(Msg::Stop) | None => break,
                     Some(m) => self.handle(m),
                 },

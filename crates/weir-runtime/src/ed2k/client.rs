@@ -403,9 +403,6 @@ struct ServerConn {
 
 /// How often a server is asked for sources of an incomplete download.
 const SOURCE_REASK: Duration = Duration::from_secs(60);
-/// Received bytes waiting for hashing above which the driver stops reading
-/// packets (see [`DiskStorage::backlog`]): a few parts' worth.
-const STORAGE_BACKLOG_LIMIT: u64 = 32 << 20;
 /// How long before a lost server is dialled again.
 const SERVER_RETRY: Duration = Duration::from_secs(30);
 
@@ -482,7 +479,7 @@ impl Driver {
                 .values()
                 .map(DiskStorage::backlog)
                 .sum::<u64>()
-                > STORAGE_BACKLOG_LIMIT;
+                > crate::storage::BACKLOG_LIMIT;
             tokio::select! {
                 biased;
                 Some((file, ev)) = storage_rx.recv() => {

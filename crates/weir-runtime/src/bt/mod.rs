@@ -337,7 +337,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         stats: torrent.stats(Instant::now()),
         total,
     });
-    let (tx, rx) = mpsc::channel::<Msg>(256);
+    // Small: each message may carry a 512 KiB read, and while storage is
+    // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
+    let (tx, rx) = mpsc::channel::<Msg>(32);
     let driver = Driver {
         meta,
         torrent,

@@ -336,7 +336,9 @@ pub async fn start(
         done: 0,
         total,
     });
-    let (tx, rx) = mpsc::channel::<Msg>(256);
+    // Small: each message may carry a 512 KiB read, and while storage is
+    // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
+    let (tx, rx) = mpsc::channel::<Msg>(32);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
     let driver = Driver {
         client,

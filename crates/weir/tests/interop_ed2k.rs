@@ -279,9 +279,19 @@ fn amuled_logs_into_weir_ed2k_server() -> anyhow::Result<()> {
     // amuled asks the server for sources of a file it wants.
     let wanted = "ed2k://|file|wanted.bin|19456001|0123456789ABCDEF0123456789ABCDEF|/";
     amule.add_link(wanted)?;
-    wait_line(&lines, deadline, "amuled's source request", |l| {
-        l.starts_with("sources ") && l.contains("0123456789ABCDEF0123456789ABCDEF")
-    })?;
+    // amuled asks within seconds, but once in a while (seen once in CI) it
+    // never asks for a file added right after its login: then the download
+    // is cancelled and added again, once.
+    let is_request =
+        |l: &str| l.starts_with("sources ") && l.contains("0123456789ABCDEF0123456789ABCDEF");
+    let first = Instant::now() + Duration::from_secs(30);
+    if wait_line(&lines, first, "amuled's source request", is_request).is_err() {
+        eprintln!("amuled did not ask for sources in 30 s; adding the link again");
+        amule.cmd("cancel 0123456789ABCDEF0123456789ABCDEF")?;
+        amule.add_link(wanted)?;
+        let again = Instant::now() + Duration::from_secs(90);
+        wait_line(&lines, again, "amuled's source request", is_request)?;
+    }
 
     // A weir-codec client gets amuled as the source of its file.
     let found = srv_ns.run_in(|| -> anyhow::Result<ServerToClient> {

@@ -15,14 +15,20 @@
 //!   and which block to ask for next (rarest first, sequential, endgame).
 //! - [`storage`]: the storage contract (operations a core asks for and their
 //!   completions), the file layout, and the streaming piece verifier.
+//! - [`content`]: the protocol-neutral transfer: pieces had, blocks asked,
+//!   in-order assembly, start-up checks, secondary verification schemes and
+//!   evidence against senders, shared by every network feeding one file.
+//! - [`outbox`]: a connection's queued output in the writer's units.
 //! - [`policy`]: the network allow-list every socket and datagram obeys.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
 
 pub mod bitfield;
 pub mod bucket;
+pub mod content;
 pub mod geometry;
 pub mod meter;
+pub mod outbox;
 pub mod picker;
 pub mod pipeline;
 pub mod policy;

@@ -28,8 +28,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+use weir_core::content::{Accepted, Content, ContentConfig, ContentEvent, Sender};
 use weir_core::geometry::{BlockSpan, Geometry};
-use weir_core::picker::{Order, Picker, Received};
+use weir_core::outbox::Dirty;
+use weir_core::picker::Order;
 use weir_core::storage::{Digest, StorageEvent, StorageOp};
 
 use crate::metainfo::Metainfo;
@@ -129,8 +131,8 @@ pub enum Event {
     },
     /// Never connect to this address again.
     Ban {
-        /// The address.
-        addr: SocketAddr,
+        /// The address (every port of it).
+        ip: std::net::IpAddr,
         /// Why, for the log.
         reason: String,
     },
@@ -142,6 +144,10 @@ pub enum Event {
     CheckDone,
     /// Storage failed: the torrent cannot continue.
     Fatal(String),
+    /// Something of the content the torrent does not handle itself (a
+    /// secondary scheme's unit to check or its verdict), for the owner of
+    /// the transfer.
+    Content(ContentEvent),
 }
 
 /// Counters and rates for progress displays.
@@ -175,50 +181,28 @@ pub struct Stats {
     pub duplicate_blocks: u32,
 }
 
-/// A piece's blocks waiting to be handed to storage in order.
-#[derive(Debug, Default)]
-struct Assembly {
-    /// Bytes handed to storage so far.
-    handed: u32,
-    /// Contiguous blocks after `handed`, not yet handed over.
-    ready: Vec<Bytes>,
-    /// End of the contiguous data (`handed` + bytes in `ready`).
-    next: u32,
-    /// Blocks that arrived ahead of a gap.
-    pending: BTreeMap<u32, Bytes>,
-    /// (offset, length, sender) of every block that went into it.
-    blocks_from: Vec<(u32, u32, ConnId)>,
-}
-
-/// Contiguous data is handed to storage in runs of at least this much (or
-/// at the end of a piece): one vectored write per run, not per block.
-const WRITE_RUN: u32 = 256 * 1024;
-
 /// One torrent and its peers.
 #[derive(Debug)]
 pub struct Torrent {
     info_hash: [u8; 20],
     geo: Geometry,
     cfg: TorrentConfig,
-    picker: Picker,
+    content: Content,
     peers: BTreeMap<ConnId, Peer>,
-    assembly: BTreeMap<u32, Assembly>,
-    unverified: u64,
     events: VecDeque<Event>,
-    dirty: Vec<ConnId>,
+    dirty: Dirty<ConnId>,
     reads: BTreeMap<u64, upload::Read>,
-    evidence: BTreeMap<u32, smartban::Evidence>,
-    banned: std::collections::BTreeSet<SocketAddr>,
+    banned: std::collections::BTreeSet<std::net::IpAddr>,
     next_read: u64,
-    checking: Bitfield,
-    checks_in_flight: u32,
-    check_cursor: u32,
     next_tick: Option<Instant>,
     next_choke: Option<Instant>,
     choke_rounds: u32,
     rng: fastrand::Rng,
     stats: Stats,
-    complete_announced: bool,
+    /// The time of the latest input (content events are handled with it).
+    now: Option<Instant>,
+    /// A storage verdict came in: every peer's requests are topped up.
+    refill: bool,
 }
 
 impl Torrent {
@@ -227,16 +211,17 @@ impl Torrent {
     pub fn new(meta: &Metainfo, cfg: TorrentConfig, had: &Bitfield, check: &Bitfield) -> Self {
         let geo = Geometry::new(meta.info.total_length(), meta.info.piece_length, BLOCK_LEN)
             .expect("metainfo guarantees a valid geometry");
-        let mut picker = Picker::new(geo, cfg.order, cfg.seed);
-        for p in had.iter_ones() {
-            picker.set_had(p);
-        }
-        let mut checking = Bitfield::new(geo.piece_count());
-        for p in check.iter_ones() {
-            if !had.get(p) {
-                checking.set(p);
-            }
-        }
+        let content = Content::new(
+            geo,
+            ContentConfig {
+                order: cfg.order,
+                seed: cfg.seed,
+                max_unverified: cfg.max_unverified,
+                ..ContentConfig::default()
+            },
+            had,
+            check,
+        );
         let stats = Stats {
             pieces: geo.piece_count(),
             ..Stats::default()
@@ -246,26 +231,21 @@ impl Torrent {
             rng: fastrand::Rng::with_seed(cfg.seed ^ 0x9e37_79b9),
             geo,
             cfg,
-            picker,
+            content,
             peers: BTreeMap::new(),
-            assembly: BTreeMap::new(),
-            unverified: 0,
             events: VecDeque::new(),
-            dirty: Vec::new(),
+            dirty: Dirty::new(),
             reads: BTreeMap::new(),
-            evidence: BTreeMap::new(),
             banned: std::collections::BTreeSet::new(),
             next_read: 0,
-            checking,
-            checks_in_flight: 0,
-            check_cursor: 0,
             next_tick: None,
             next_choke: None,
             choke_rounds: 0,
             stats,
-            complete_announced: false,
+            now: None,
+            refill: false,
         };
-        t.issue_checks();
+        t.pump();
         t
     }
 
@@ -291,25 +271,40 @@ impl Torrent {
 
     /// Whether the start-up check is still running (connect no peers yet).
     pub fn is_checking(&self) -> bool {
-        self.checking.count() > 0 || self.checks_in_flight > 0
+        self.content.is_checking()
     }
 
     /// Whether every piece is verified.
     pub fn is_complete(&self) -> bool {
-        self.picker.is_complete() && !self.is_checking()
+        self.content.is_complete()
     }
 
     /// Pieces verified so far.
     pub fn had(&self) -> &Bitfield {
-        self.picker.had()
+        self.content.had()
+    }
+
+    /// The transfer's content (another network attached to the same bytes
+    /// picks and delivers through it).
+    pub fn content(&self) -> &Content {
+        &self.content
+    }
+
+    /// The transfer's content, mutably (see [`Torrent::content`]). Events
+    /// it queues are handled at the torrent's next input or poll.
+    pub fn content_mut(&mut self) -> &mut Content {
+        &mut self.content
     }
 
     /// Counters and rates at `now`.
     pub fn stats(&self, now: Instant) -> Stats {
         let mut s = self.stats.clone();
         s.peers = self.peers.len();
-        s.pieces_had = self.picker.had().count();
-        s.bytes_left = self.picker.bytes_left();
+        s.pieces_had = self.content.had().count();
+        s.bytes_left = self.content.bytes_left();
+        let c = self.content.stats();
+        s.hash_failures = c.hash_failures;
+        s.duplicate_blocks = c.duplicate_blocks;
         s.bytes_had = self.geo.total_len() - s.bytes_left;
         s.download_rate = self.peers.values().map(|p| p.down.display_rate(now)).sum();
         s.upload_rate = self.peers.values().map(|p| p.up.display_rate(now)).sum();
@@ -318,7 +313,7 @@ impl Torrent {
 
     /// Switches between rarest-first and sequential picking.
     pub fn set_order(&mut self, order: Order) {
-        self.picker.set_order(order);
+        self.content.set_order(order);
     }
 
     /// A connection finished its handshake: from now on it is a peer.
@@ -332,7 +327,7 @@ impl Torrent {
     /// asking). Sent with the handshake it saves a round trip before the
     /// first request. Empty when there is nothing to say ahead.
     pub fn preamble(&self) -> Bytes {
-        if self.is_checking() || self.picker.had().count() > 0 || self.picker.is_complete() {
+        if self.is_checking() || self.content.had().count() > 0 || self.content.is_complete() {
             return Bytes::new();
         }
         let mut out = bytes::BytesMut::new();
@@ -369,7 +364,8 @@ impl Torrent {
             let payload = Bytes::from(ext.encode());
             p.send(&Message::Extended { id: 0, payload }, now);
         }
-        let had = self.picker.had();
+        self.now = Some(now);
+        let had = self.content.had();
         if preamble_sent {
             p.am_interested = true;
             // Pieces verified since the preamble went out (no bitfield may
@@ -406,13 +402,13 @@ impl Torrent {
             return;
         };
         for &(piece, begin) in p.outstanding.keys() {
-            self.picker.release(conn, piece, begin);
+            self.content.release(conn, piece, begin);
         }
         if !matches!(p.has, Has::Nothing(_)) {
-            self.picker.peer_left(p.has.as_peer_has());
+            self.content.peer_left(p.has.as_peer_has());
         }
         self.reads.retain(|_, r| r.conn != conn);
-        self.dirty.retain(|c| *c != conn);
+        self.dirty.forget(conn);
         // Blocks it freed may be wanted by someone else now.
         let others: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in others {
@@ -429,6 +425,7 @@ impl Torrent {
 
     /// A message from a peer.
     pub fn handle_message(&mut self, conn: ConnId, msg: Message, now: Instant) {
+        self.now = Some(now);
         let Some(p) = self.peers.get_mut(&conn).filter(|p| !p.closing) else {
             return;
         };
@@ -471,7 +468,7 @@ impl Torrent {
                     return self.fail(conn, "reject without the fast extension".into());
                 }
                 if p.outstanding.remove(&(r.index, r.begin)).is_some() {
-                    self.picker.release(conn, r.index, r.begin);
+                    self.content.release(conn, r.index, r.begin);
                 }
                 self.fill_requests(conn, now);
             }
@@ -501,13 +498,12 @@ impl Torrent {
 
     /// A storage operation finished.
     pub fn handle_storage(&mut self, ev: StorageEvent, now: Instant) {
-        match ev {
-            StorageEvent::PieceDone { piece, ok } => self.on_piece_done(piece, ok, now),
-            StorageEvent::ReadDone { id, data } if id & smartban::SMARTBAN_READ != 0 => {
-                self.on_smartban_read(id, data, now)
-            }
-            StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
-            StorageEvent::Failed { error } => self.events.push_back(Event::Fatal(error)),
+        self.now = Some(now);
+        self.refill = true;
+        match self.content.handle_storage(ev) {
+            None | Some(StorageEvent::PieceDone { .. }) => {}
+            Some(StorageEvent::ReadDone { id, data }) => self.on_read_done(id, data, now),
+            Some(StorageEvent::Failed { error }) => self.events.push_back(Event::Fatal(error)),
         }
         self.flush();
     }
@@ -549,7 +545,7 @@ impl Torrent {
         if let Has::Some(before) = &p.has {
             // Haves (or an earlier bitfield) came first: forget them and
             // count the union once.
-            self.picker
+            self.content
                 .peer_left(weir_core::picker::PeerHas::Some(before));
             for i in before.iter_ones() {
                 bits.set(i);
@@ -560,8 +556,8 @@ impl Torrent {
         } else {
             Has::Some(bits)
         };
-        self.picker.peer_joined(p.has.as_peer_has());
-        if p.has.is_seed() && self.picker.is_complete() {
+        self.content.peer_joined(p.has.as_peer_has());
+        if p.has.is_seed() && self.content.is_complete() {
             return self.close(conn, "both seeds".into());
         }
         self.update_interest(conn, now);
@@ -587,19 +583,19 @@ impl Torrent {
         {
             let b = b.clone();
             p.has = Has::All;
-            self.picker.peer_left(weir_core::picker::PeerHas::Some(&b));
-            self.picker.peer_joined(weir_core::picker::PeerHas::All);
+            self.content.peer_left(weir_core::picker::PeerHas::Some(&b));
+            self.content.peer_joined(weir_core::picker::PeerHas::All);
         } else {
-            self.picker.peer_has(index);
+            self.content.peer_has(index);
         }
-        if !self.picker.had().get(index) {
+        if !self.content.had().get(index) {
             self.update_interest(conn, now);
         }
     }
 
     fn update_interest(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
-        let want = self.picker.is_interesting(p.has.as_peer_has());
+        let want = self.content.is_interesting(p.has.as_peer_has());
         if want != p.am_interested {
             p.am_interested = want;
             p.send(
@@ -625,7 +621,7 @@ impl Torrent {
         // the peer rejects each one explicitly.
         if !p.fast {
             for (piece, begin) in std::mem::take(&mut p.outstanding).into_keys() {
-                self.picker.release(conn, piece, begin);
+                self.content.release(conn, piece, begin);
             }
         }
     }
@@ -635,19 +631,19 @@ impl Torrent {
         let Some(p) = self.peers.get_mut(&conn).filter(|p| !p.closing) else {
             return;
         };
-        if p.peer_choking || !p.am_interested || self.unverified >= self.cfg.max_unverified {
+        if p.peer_choking || !p.am_interested || !self.content.can_pick() {
             return;
         }
         let mut n = p.pipeline.top_up(p.outstanding.len() as u32) as usize;
         if p.snubbed {
             // A snubbed peer gets nothing others could deliver: only an
             // endgame duplicate, one at a time, to see if it came back.
-            if !self.picker.in_endgame() {
+            if !self.content.in_endgame() {
                 return;
             }
             n = n.min(1usize.saturating_sub(p.outstanding.len()));
         }
-        if self.picker.in_endgame() {
+        if self.content.in_endgame() {
             // Endgame: every block is already asked of someone. A peer with
             // little in flight may duplicate a few, not a whole pipeline.
             n = n.min(ENDGAME_DEPTH.saturating_sub(p.outstanding.len()));
@@ -656,7 +652,7 @@ impl Torrent {
             return;
         }
         let mut spans: Vec<BlockSpan> = Vec::with_capacity(n);
-        self.picker.pick(conn, p.has.as_peer_has(), n, &mut spans);
+        self.content.pick(conn, p.has.as_peer_has(), n, &mut spans);
         for s in &spans {
             p.outstanding.insert(
                 (s.piece, s.begin),
@@ -676,7 +672,7 @@ impl Torrent {
         }
         if !spans.is_empty() {
             self.mark_dirty(conn);
-        } else if p.outstanding.is_empty() && !self.picker.is_interesting(p.has.as_peer_has()) {
+        } else if p.outstanding.is_empty() && !self.content.is_interesting(p.has.as_peer_has()) {
             p.am_interested = false;
             p.send(&Message::NotInterested, now);
             self.mark_dirty(conn);
@@ -696,11 +692,17 @@ impl Torrent {
             p.pipeline
                 .on_block(now, now.saturating_duration_since(o.sent_at), len);
         }
-        match self.picker.received(conn, index, begin, len) {
-            Received::New {
-                cancel,
-                piece_complete: _,
-            } => {
+        let from = Sender {
+            conn,
+            ip: p.addr.ip(),
+        };
+        let span = BlockSpan {
+            piece: index,
+            begin,
+            len,
+        };
+        match self.content.received(from, span, vec![data]) {
+            Accepted::New { cancel } => {
                 for other in cancel {
                     if let Some(o) = self.peers.get_mut(&other)
                         && o.outstanding.remove(&(index, begin)).is_some()
@@ -716,69 +718,56 @@ impl Torrent {
                         self.mark_dirty(other);
                     }
                 }
-                self.assemble(conn, index, begin, data);
             }
-            Received::Duplicate => self.stats.duplicate_blocks += 1,
-            Received::Unexpected => {
+            Accepted::Duplicate => {}
+            Accepted::Unexpected => {
                 return self.fail(conn, format!("unrequested block {index}:{begin}+{len}"));
             }
         }
         self.fill_requests(conn, now);
     }
 
-    /// Hands the piece's contiguous data to storage in runs.
-    fn assemble(&mut self, conn: ConnId, piece: u32, begin: u32, data: Bytes) {
-        let size = self.geo.piece_size(piece);
-        let a = self.assembly.entry(piece).or_default();
-        a.blocks_from.push((begin, data.len() as u32, conn));
-        if begin != a.next {
-            a.pending.insert(begin, data);
-            return;
+    /// Handles what the content asked for or reported.
+    fn pump(&mut self) {
+        while let Some(ev) = self.content.poll_event() {
+            match ev {
+                ContentEvent::Storage(op) => self.events.push_back(Event::Storage(op)),
+                ContentEvent::PieceVerified(piece) => self.on_piece_verified(piece),
+                ContentEvent::BadData { sender, proven } => self.on_bad_data(sender, proven),
+                ContentEvent::CheckDone => self.events.push_back(Event::CheckDone),
+                ContentEvent::Complete => {
+                    self.events.push_back(Event::Complete);
+                    self.drop_seeds();
+                }
+                ContentEvent::PieceFailed { piece, from } => {
+                    // Only under FailPolicy::Defer, which a torrent does not
+                    // use; investigate like the default.
+                    self.content.investigate(piece, from);
+                }
+                ev @ (ContentEvent::CheckUnit { .. }
+                | ContentEvent::UnitVerified { .. }
+                | ContentEvent::UnitFailed { .. }) => self.events.push_back(Event::Content(ev)),
+            }
         }
-        a.next += data.len() as u32;
-        a.ready.push(data);
-        while let Some(d) = a.pending.remove(&a.next) {
-            a.next += d.len() as u32;
-            a.ready.push(d);
-        }
-        if a.next - a.handed >= WRITE_RUN || a.next == size {
-            let begin = a.handed;
-            self.unverified += u64::from(a.next - a.handed);
-            a.handed = a.next;
-            let data = std::mem::take(&mut a.ready);
-            self.events
-                .push_back(Event::Storage(StorageOp::Write { piece, begin, data }));
+        if std::mem::take(&mut self.refill)
+            && let Some(now) = self.now
+        {
+            // A verdict may have freed blocks or made peers uninteresting.
+            let conns: Vec<ConnId> = self.peers.keys().copied().collect();
+            for c in conns {
+                self.fill_requests(c, now);
+            }
         }
     }
 
-    fn on_piece_done(&mut self, piece: u32, ok: bool, now: Instant) {
-        if self.checking.get(piece) {
-            return self.on_check_done(piece, ok);
-        }
-        let size = u64::from(self.geo.piece_size(piece));
-        self.unverified = self.unverified.saturating_sub(size);
-        let a = self.assembly.remove(&piece).unwrap_or_default();
-        if ok {
-            self.picker.piece_verified(piece);
-            self.piece_passed(piece);
-            self.events.push_back(Event::PieceVerified(piece));
-            let conns: Vec<ConnId> = self.peers.keys().copied().collect();
-            for c in conns {
-                let p = self.peers.get_mut(&c).expect("listed");
-                p.send(&Message::Have { index: piece }, now);
-                self.mark_dirty(c);
-            }
-            if self.picker.is_complete() && !self.complete_announced {
-                self.complete_announced = true;
-                self.events.push_back(Event::Complete);
-                self.drop_seeds();
-            }
-        } else {
-            self.piece_failed(piece, a, now);
-        }
+    fn on_piece_verified(&mut self, piece: u32) {
+        self.events.push_back(Event::PieceVerified(piece));
+        let Some(now) = self.now else { return };
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
-            self.fill_requests(c, now);
+            let p = self.peers.get_mut(&c).expect("listed");
+            p.send(&Message::Have { index: piece }, now);
+            self.mark_dirty(c);
         }
     }
 
@@ -791,36 +780,6 @@ impl Torrent {
             .collect();
         for c in seeds {
             self.close(c, "download complete; peer is a seed".into());
-        }
-    }
-
-    // ---- start-up check --------------------------------------------------
-
-    fn issue_checks(&mut self) {
-        const IN_FLIGHT: u32 = 8;
-        while self.checks_in_flight < IN_FLIGHT && self.check_cursor < self.geo.piece_count() {
-            let p = self.check_cursor;
-            self.check_cursor += 1;
-            if self.checking.get(p) {
-                self.checks_in_flight += 1;
-                self.events
-                    .push_back(Event::Storage(StorageOp::Check { piece: p }));
-            }
-        }
-    }
-
-    fn on_check_done(&mut self, piece: u32, ok: bool) {
-        self.checking.clear(piece);
-        self.checks_in_flight = self.checks_in_flight.saturating_sub(1);
-        if ok {
-            self.picker.set_had(piece);
-        }
-        self.issue_checks();
-        if !self.is_checking() {
-            self.events.push_back(Event::CheckDone);
-            if self.picker.is_complete() {
-                self.complete_announced = true;
-            }
         }
     }
 
@@ -863,7 +822,7 @@ impl Torrent {
                 let keys: Vec<(u32, u32)> = p.outstanding.keys().copied().collect();
                 p.outstanding.clear();
                 for (piece, begin) in keys {
-                    self.picker.release(c, piece, begin);
+                    self.content.release(c, piece, begin);
                 }
             }
             if keepalive {
@@ -878,14 +837,14 @@ impl Torrent {
     // ---- helpers ------------------------------------------------------------
 
     fn mark_dirty(&mut self, conn: ConnId) {
-        if !self.dirty.contains(&conn) {
-            self.dirty.push(conn);
-        }
+        self.dirty.mark(conn);
     }
 
-    /// Moves queued bytes of every touched peer into Send events.
+    /// Handles the content's events, then moves queued bytes of every
+    /// touched peer into Send events.
     fn flush(&mut self) {
-        for conn in std::mem::take(&mut self.dirty) {
+        self.pump();
+        for conn in self.dirty.take() {
             if let Some(p) = self.peers.get_mut(&conn)
                 && p.has_output()
             {

@@ -4,9 +4,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
 use weir_core::meter::TransferMeter;
+use weir_core::outbox::{Outbox, Unit};
 use weir_core::picker::PeerHas;
 use weir_core::pipeline::{Pipeline, PipelineConfig};
 
@@ -73,11 +74,9 @@ pub(crate) struct Peer {
     pub(crate) optimistic: bool,
     /// A Close was issued; ignore whatever else arrives.
     pub(crate) closing: bool,
-    /// Control messages not yet handed to the runtime.
-    out: BytesMut,
     /// Everything queued for the socket, in order, as runs of control
     /// messages (payload 0) or of blocks (payload = data bytes).
-    units: Vec<(Vec<Bytes>, u64)>,
+    out: Outbox,
 }
 
 impl Peer {
@@ -117,52 +116,31 @@ impl Peer {
             unchoked_at: None,
             optimistic: false,
             closing: false,
-            out: BytesMut::with_capacity(256),
-            units: Vec::new(),
+            out: Outbox::new(),
         }
     }
 
     /// Queues a control message.
     pub(crate) fn send(&mut self, msg: &Message, now: Instant) {
-        wire::encode(msg, &mut self.out);
+        wire::encode(msg, self.out.control());
         self.last_send_at = now;
     }
 
     /// Queues a block: its 13-byte header and the shared payload, no copy.
     pub(crate) fn send_block(&mut self, index: u32, begin: u32, data: Bytes, now: Instant) {
-        self.flush_control();
         let header = Bytes::copy_from_slice(&wire::piece_header(index, begin, data.len() as u32));
-        let len = data.len() as u64;
-        match self.units.last_mut() {
-            Some((chunks, payload)) if *payload > 0 && *payload < BLOCK_RUN => {
-                chunks.push(header);
-                chunks.push(data);
-                *payload += len;
-            }
-            _ => self.units.push((vec![header, data], len)),
-        }
+        self.out.block(header, data);
         self.last_send_at = now;
-    }
-
-    fn flush_control(&mut self) {
-        if !self.out.is_empty() {
-            self.units.push((vec![self.out.split().freeze()], 0));
-        }
     }
 
     /// Whether anything waits to be handed to the runtime.
     pub(crate) fn has_output(&self) -> bool {
-        !self.out.is_empty() || !self.units.is_empty()
+        self.out.has_output()
     }
 
     /// Takes everything queued for the socket, as (chunks, payload bytes)
     /// runs in order.
-    pub(crate) fn take_output(&mut self) -> Vec<(Vec<Bytes>, u64)> {
-        self.flush_control();
-        std::mem::take(&mut self.units)
+    pub(crate) fn take_output(&mut self) -> Vec<Unit> {
+        self.out.take()
     }
 }
-
-/// Block messages are grouped into runs of about this much data: one run is
-/// what an upload cap charges before the run starts.
-const BLOCK_RUN: u64 = 256 * 1024;

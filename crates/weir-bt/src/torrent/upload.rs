@@ -95,7 +95,7 @@ impl Torrent {
                 ),
             );
         }
-        let have = self.picker.had().get(r.index);
+        let have = self.content.had().get(r.index);
         let limit = self.cfg.max_peer_requests as usize;
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking || !have || p.requests.len() >= limit {
@@ -200,7 +200,7 @@ impl Torrent {
     /// seed, take the most), plus one optimistic unchoke that rotates.
     pub(super) fn choke_round(&mut self, now: Instant) {
         self.choke_rounds += 1;
-        let seeding = self.picker.is_complete();
+        let seeding = self.content.is_complete();
         let mut ranked: Vec<(ConnId, f64)> = self
             .peers
             .iter()

@@ -42,7 +42,7 @@ use secondary::Secondary;
 
 /// Storage read ids with this bit set belong to the content (evidence
 /// read-backs); protocols use ids without it for their uploads.
-pub const CONTENT_READ: u64 = 1 << 63;
+pub const CONTENT_READ: u64 = 1 << 62;
 const GOOD_COPY: u64 = 1;
 
 /// Start-up checks in flight at once.

@@ -642,11 +642,11 @@ impl Driver {
                     self.torrent.remove_peer(conn, Instant::now());
                     self.drop_conn(conn);
                 }
-                Event::Ban { addr, reason } => {
-                    tracing::warn!("banning {addr}: {reason}");
-                    self.banned.insert(addr.ip());
+                Event::Ban { ip, reason } => {
+                    tracing::warn!("banning {ip}: {reason}");
+                    self.banned.insert(ip);
                 }
-                Event::PieceVerified(_) => {}
+                Event::PieceVerified(_) | Event::Content(_) => {}
                 Event::Complete => {
                     if self.completed_at.is_none() {
                         self.completed_at = Some(Instant::now());

@@ -131,7 +131,7 @@ pub struct BtNode {
     received: Series,
     completed_at: Option<Duration>,
     closed: Vec<(Duration, ConnId, String)>,
-    banned: Vec<SocketAddr>,
+    banned: Vec<std::net::IpAddr>,
     verified: u32,
 }
 
@@ -179,7 +179,7 @@ impl BtNode {
     }
 
     /// Addresses the torrent banned.
-    pub fn banned(&self) -> &[SocketAddr] {
+    pub fn banned(&self) -> &[std::net::IpAddr] {
         &self.banned
     }
 
@@ -383,12 +383,12 @@ impl World {
                     self.nodes[n].torrent.remove_peer(conn, at);
                     self.drop_conn(n, conn);
                 }
-                Event::Ban { addr, .. } => self.nodes[n].banned.push(addr),
+                Event::Ban { ip, .. } => self.nodes[n].banned.push(ip),
                 Event::PieceVerified(_) => self.nodes[n].verified += 1,
                 Event::Complete => {
                     self.nodes[n].completed_at.get_or_insert(now);
                 }
-                Event::CheckDone => {}
+                Event::CheckDone | Event::Content(_) => {}
                 Event::Fatal(e) => panic!("{}: fatal: {e}", self.nodes[n].name),
             }
         }

@@ -25,15 +25,23 @@ pub struct Outbox {
     control: BytesMut,
     units: Vec<Unit>,
     queued: u64,
+    run: u64,
 }
 
 impl Outbox {
-    /// An empty outbox.
+    /// An empty outbox grouping blocks into runs of [`BLOCK_RUN`].
     pub fn new() -> Self {
+        Self::with_run(BLOCK_RUN)
+    }
+
+    /// An empty outbox grouping blocks into runs of up to `run` payload
+    /// bytes.
+    pub fn with_run(run: u64) -> Self {
         Self {
             control: BytesMut::with_capacity(256),
             units: Vec::new(),
             queued: 0,
+            run: run.max(1),
         }
     }
 
@@ -47,16 +55,28 @@ impl Outbox {
     /// shared slice of a storage read. Control bytes written before it go
     /// first.
     pub fn block(&mut self, header: Bytes, data: Bytes) {
-        self.close_control();
         let len = data.len() as u64;
-        self.queued += (header.len() as u64) + len;
+        self.block_chunks(header, std::slice::from_ref(&data), len);
+    }
+
+    /// Queues a block whose data is several shared chunks (`payload` of
+    /// their bytes count against the upload cap).
+    pub fn block_chunks(&mut self, header: Bytes, data: &[Bytes], payload: u64) {
+        self.close_control();
+        let bytes: u64 = data.iter().map(|d| d.len() as u64).sum();
+        self.queued += (header.len() as u64) + bytes;
         match self.units.last_mut() {
-            Some((chunks, payload)) if *payload > 0 && *payload < BLOCK_RUN => {
+            Some((chunks, p)) if *p > 0 && *p < self.run => {
                 chunks.push(header);
-                chunks.push(data);
-                *payload += len;
+                chunks.extend_from_slice(data);
+                *p += payload;
             }
-            _ => self.units.push((vec![header, data], len)),
+            _ => {
+                let mut chunks = Vec::with_capacity(1 + data.len());
+                chunks.push(header);
+                chunks.extend_from_slice(data);
+                self.units.push((chunks, payload));
+            }
         }
     }
 

@@ -735,6 +735,7 @@ impl Torrent {
                 ContentEvent::PieceVerified(piece) => self.on_piece_verified(piece),
                 ContentEvent::BadData { sender, proven } => self.on_bad_data(sender, proven),
                 ContentEvent::CheckDone => self.events.push_back(Event::CheckDone),
+                ContentEvent::PieceFound(_) => {}
                 ContentEvent::Complete => {
                     self.events.push_back(Event::Complete);
                     self.drop_seeds();

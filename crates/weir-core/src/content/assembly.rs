@@ -46,6 +46,7 @@ impl Assembly {
         chunks: Vec<Bytes>,
         from: Option<Sender>,
         size: u32,
+        run: u32,
     ) -> Option<(u32, Vec<Bytes>)> {
         self.from.push((begin, len, from));
         if begin != self.next {
@@ -58,7 +59,7 @@ impl Assembly {
             self.next += l;
             self.ready.extend(c);
         }
-        if self.next - self.handed >= WRITE_RUN || self.next == size {
+        if self.next - self.handed >= run || self.next == size {
             let begin = self.handed;
             self.handed = self.next;
             return Some((begin, std::mem::take(&mut self.ready)));
@@ -87,15 +88,17 @@ mod tests {
         let mut a = Assembly::default();
         let size = 3 * 16_384;
         assert!(
-            a.add(16_384, 16_384, block(1, 16_384), None, size)
+            a.add(16_384, 16_384, block(1, 16_384), None, size, WRITE_RUN)
                 .is_none()
         );
         assert!(
-            a.add(32_768, 16_384, block(2, 16_384), None, size)
+            a.add(32_768, 16_384, block(2, 16_384), None, size, WRITE_RUN)
                 .is_none()
         );
         assert_eq!(a.held(), 32_768);
-        let (begin, chunks) = a.add(0, 16_384, block(0, 16_384), None, size).unwrap();
+        let (begin, chunks) = a
+            .add(0, 16_384, block(0, 16_384), None, size, WRITE_RUN)
+            .unwrap();
         assert_eq!(begin, 0);
         let firsts: Vec<u8> = chunks.iter().map(|c| c[0]).collect();
         assert_eq!(firsts, [0, 1, 2]);
@@ -109,7 +112,8 @@ mod tests {
         let size = 64 * 16_384;
         let mut runs = Vec::new();
         for i in 0..64u32 {
-            if let Some((b, c)) = a.add(i * 16_384, 16_384, block(0, 16_384), None, size) {
+            if let Some((b, c)) = a.add(i * 16_384, 16_384, block(0, 16_384), None, size, WRITE_RUN)
+            {
                 let len: usize = c.iter().map(|x| x.len()).sum();
                 runs.push((b, len));
             }

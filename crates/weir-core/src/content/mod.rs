@@ -85,6 +85,9 @@ pub struct ContentConfig {
     pub max_unverified: u64,
     /// What a failed piece leads to.
     pub on_fail: FailPolicy,
+    /// Contiguous data goes to storage in runs of at least this many bytes
+    /// (or at the end of a piece).
+    pub write_run: u32,
 }
 
 impl Default for ContentConfig {
@@ -94,6 +97,7 @@ impl Default for ContentConfig {
             seed: 0x5eed,
             max_unverified: 32 << 20,
             on_fail: FailPolicy::Investigate,
+            write_run: assembly::WRITE_RUN,
         }
     }
 }
@@ -105,6 +109,8 @@ pub enum ContentEvent {
     Storage(StorageOp),
     /// A piece passed its check (tell peers: BitTorrent `have`).
     PieceVerified(u32),
+    /// The start-up check found a piece good on disk.
+    PieceFound(u32),
     /// A piece failed its check ([`FailPolicy::Defer`] only): the owner
     /// decides what to do with it.
     PieceFailed {
@@ -381,7 +387,8 @@ impl Content {
     fn assemble(&mut self, span: BlockSpan, chunks: Vec<Bytes>, from: Option<Sender>) {
         let size = self.geo.piece_size(span.piece);
         let a = self.assembly.entry(span.piece).or_default();
-        if let Some((begin, data)) = a.add(span.begin, span.len, chunks, from, size) {
+        let run = self.cfg.write_run;
+        if let Some((begin, data)) = a.add(span.begin, span.len, chunks, from, size, run) {
             let n: u64 = data.iter().map(|d| d.len() as u64).sum();
             self.unverified += n;
             self.events
@@ -426,6 +433,24 @@ impl Content {
         // Fetched again once the bad copy is read (before it is overwritten).
     }
 
+    /// [`Content::investigate`] with the bad copy already in hand (read
+    /// back for another purpose): no second read.
+    pub fn investigate_copy(&mut self, piece: u32, from: Vec<assembly::Contribution>, bad: &[u8]) {
+        if evidence::senders(&from).len() > 1 {
+            let hashes = evidence::block_hashes(bad, &from);
+            self.evidence.insert(
+                piece,
+                Evidence {
+                    blocks: from,
+                    bad: Some(hashes),
+                },
+            );
+            self.refetch(piece);
+        } else {
+            self.investigate(piece, from);
+        }
+    }
+
     fn read_piece(&mut self, piece: u32, good: bool) {
         self.events
             .push_back(ContentEvent::Storage(StorageOp::Read {
@@ -460,6 +485,7 @@ impl Content {
             self.checks_in_flight = self.checks_in_flight.saturating_sub(1);
             if ok {
                 self.picker.set_had(piece);
+                self.events.push_back(ContentEvent::PieceFound(piece));
                 self.piece_had(piece, false);
             }
             self.issue_checks();
@@ -546,6 +572,23 @@ impl Content {
     }
 
     // ---- start-up check --------------------------------------------------------
+
+    /// Checks these pieces from storage (those not had yet), for a content
+    /// whose storage could only be opened after it was made (an eD2k file
+    /// whose part hashes arrive from a peer).
+    pub fn start_check(&mut self, check: &Bitfield) {
+        let mut any = false;
+        for p in check.iter_ones() {
+            if p < self.geo.piece_count() && !self.picker.had().get(p) && self.checking.set(p) {
+                any = true;
+            }
+        }
+        if any {
+            self.check_cursor = 0;
+            self.check_done_announced = false;
+            self.issue_checks();
+        }
+    }
 
     fn issue_checks(&mut self) {
         while self.checks_in_flight < CHECKS_IN_FLIGHT && self.check_cursor < self.geo.piece_count()

@@ -267,6 +267,11 @@ fn startup_check_keeps_eight_in_flight_and_reports_once() {
             .count(),
         1
     );
+    let found = evs
+        .iter()
+        .filter(|e| matches!(e, ContentEvent::PieceFound(p) if *p < 10))
+        .count();
+    assert_eq!(found, 10);
     assert!(!evs.iter().any(|e| matches!(e, ContentEvent::Complete)));
     assert_eq!(c.had().count(), 10);
     assert!(!c.is_checking());
@@ -402,4 +407,25 @@ fn deferred_failures_wait_for_the_owner_and_restored_blocks_are_kept() {
             .any(|e| matches!(e, ContentEvent::PieceVerified(0)))
     );
     assert_eq!(mem.data, good);
+}
+
+#[test]
+fn a_late_check_runs_when_storage_is_ready() {
+    let good = payload(4 * BLOCK as usize);
+    let geo = Geometry::new(good.len() as u64, BLOCK, BLOCK).unwrap();
+    let mut mem = Mem::new(geo, &good);
+    mem.data[..BLOCK as usize].copy_from_slice(&good[..BLOCK as usize]);
+    let mut c = fresh(geo, ContentConfig::default());
+    assert!(matches!(mem.drain(&mut c)[..], [ContentEvent::CheckDone]));
+    c.start_check(&Bitfield::full(4));
+    assert!(c.is_checking());
+    let evs = mem.drain(&mut c);
+    assert!(
+        matches!(
+            evs[..],
+            [ContentEvent::PieceFound(0), ContentEvent::CheckDone]
+        ),
+        "{evs:?}"
+    );
+    assert_eq!(c.had().iter_ones().collect::<Vec<_>>(), [0]);
 }

@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::BlockSpan;
 use weir_core::meter::TransferMeter;
+use weir_core::outbox::{Outbox, Unit};
 use weir_core::pipeline::{Pipeline, PipelineConfig};
 
 use super::FileId;
@@ -228,9 +229,8 @@ pub(super) struct Conn {
     pub(super) asked: Vec<FileId>,
     pub(super) last_recv_at: Instant,
     pub(super) closing: bool,
-    out: BytesMut,
+    out: Outbox,
     heads: BytesMut,
-    units: Vec<(Vec<Bytes>, u64)>,
 }
 
 impl Conn {
@@ -246,15 +246,14 @@ impl Conn {
             asked: Vec::new(),
             last_recv_at: now,
             closing: false,
-            out: BytesMut::with_capacity(512),
+            out: Outbox::with_run(BLOCK_RUN),
             heads: BytesMut::new(),
-            units: Vec::new(),
         }
     }
 
     /// Queues a control message.
     pub(super) fn send(&mut self, msg: &ClientMessage) {
-        msg.encode(&mut self.out);
+        msg.encode(self.out.control());
     }
 
     /// Space to write a packet header into; [`Conn::push_part`] takes it.
@@ -268,38 +267,18 @@ impl Conn {
     /// Queues a part-data packet: the header written into [`Conn::head_buf`]
     /// and the payload slices (shared, not copied).
     pub(super) fn push_part(&mut self, data: &[Bytes], payload: u64) {
-        self.flush_control();
         let head = self.heads.split().freeze();
-        match self.units.last_mut() {
-            Some((chunks, p)) if *p > 0 && *p < BLOCK_RUN => {
-                chunks.push(head);
-                chunks.extend_from_slice(data);
-                *p += payload;
-            }
-            _ => {
-                let mut chunks = Vec::with_capacity(1 + data.len());
-                chunks.push(head);
-                chunks.extend_from_slice(data);
-                self.units.push((chunks, payload));
-            }
-        }
-    }
-
-    fn flush_control(&mut self) {
-        if !self.out.is_empty() {
-            self.units.push((vec![self.out.split().freeze()], 0));
-        }
+        self.out.block_chunks(head, data, payload);
     }
 
     /// Whether anything waits to be handed to the runtime.
     pub(super) fn has_output(&self) -> bool {
-        !self.out.is_empty() || !self.units.is_empty()
+        self.out.has_output()
     }
 
     /// Takes everything queued, as (chunks, payload bytes) runs in order.
-    pub(super) fn take_output(&mut self) -> Vec<(Vec<Bytes>, u64)> {
-        self.flush_control();
-        std::mem::take(&mut self.units)
+    pub(super) fn take_output(&mut self) -> Vec<Unit> {
+        self.out.take()
     }
 
     /// The peer's IPv4 address (ed2k is IPv4 only).

@@ -4,14 +4,13 @@
 //! data (plain or zlib-packed, bounded) into blocks; handing blocks to
 //! storage in order; and dealing with parts that fail their MD4 check.
 
-use std::net::IpAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+use weir_core::content::{Accepted, ContentEvent, Sender};
 use weir_core::geometry::BlockSpan;
-use weir_core::picker::{PeerHas, Received};
-use weir_core::storage::StorageOp;
+use weir_core::picker::PeerHas;
 
 use super::conn::{DownState, Pending};
 use super::{Client, ConnId, Event, FileId};
@@ -20,9 +19,6 @@ use crate::hash::file_hash_from_hashset;
 use crate::inflate::BlockInflater;
 use crate::{AichHash, Md4Hash};
 
-/// Contiguous data goes to storage in runs of at least this much (or at
-/// the end of a part): one vectored write per run, not per block.
-const WRITE_RUN: u32 = 512 * 1024;
 /// In endgame a source gets duplicate blocks only while it has fewer than
 /// this pending.
 const ENDGAME_DEPTH: usize = 6;
@@ -53,7 +49,7 @@ impl Client {
         let multi_parts = crate::part_count(size) > 1;
         let ext = (info.misc1.ext_requests > 0).then(|| ExtInfo {
             part_status: PartStatus::from_fn(crate::ed2k_part_count(size) as u16, |i| {
-                f.picker.had().get(i as u32)
+                f.content.had().get(i as u32)
             }),
             // We announce extended requests 2, and the peer reads by
             // what we announce.
@@ -169,9 +165,9 @@ impl Client {
         let c = self.conns.get_mut(&conn).expect("caller checked");
         let d = c.down.as_mut().expect("caller checked");
         if let Some(old) = &d.has {
-            f.picker.peer_left(has_of(old));
+            f.content.peer_left(has_of(old));
         }
-        f.picker.peer_joined(has_of(&bits));
+        f.content.peer_joined(has_of(&bits));
         d.has = Some(bits);
         Ok(())
     }
@@ -223,25 +219,58 @@ impl Client {
         }
     }
 
-    /// The part hashes of `file` became known.
+    /// The part hashes of `file` became known: its storage opens, and the
+    /// data found on disk is checked.
     pub(super) fn digests_known(&mut self, file: FileId) {
         self.events.push_back(Event::DigestsKnown { file });
-        self.issue_checks(file);
+        let f = &mut self.files[file as usize];
+        let check = std::mem::replace(&mut f.to_check, Bitfield::new(f.geo.piece_count()));
+        f.content.start_check(&check);
     }
 
-    fn issue_checks(&mut self, file: FileId) {
-        const IN_FLIGHT: u32 = 8;
-        let f = &mut self.files[file as usize];
-        while f.checks_in_flight < IN_FLIGHT && f.check_cursor < f.geo.piece_count() {
-            let p = f.check_cursor;
-            f.check_cursor += 1;
-            if f.checking.get(p) {
-                f.checks_in_flight += 1;
-                self.events.push_back(Event::Storage {
-                    file,
-                    op: StorageOp::Check { piece: p },
-                });
+    /// Handles what a file's content asked for or reported.
+    pub(super) fn pump(&mut self, file: FileId) {
+        let mut touched = false;
+        while let Some(ev) = self.files[file as usize].content.poll_event() {
+            touched = true;
+            match ev {
+                ContentEvent::Storage(op) => self.events.push_back(Event::Storage { file, op }),
+                ContentEvent::PieceVerified(part) | ContentEvent::PieceFound(part) => {
+                    self.events.push_back(Event::PartVerified { file, part });
+                    if self.files[file as usize].is_complete() {
+                        self.announce_complete(file);
+                    }
+                }
+                ContentEvent::PieceFailed { piece, from } => {
+                    self.stats.hash_failures += 1;
+                    match self.now {
+                        Some(now) => self.part_failed(file, piece, from, now),
+                        None => self.refetch(file, piece, &from),
+                    }
+                }
+                ContentEvent::BadData { sender, proven } => {
+                    // The MD4 hash list is checked against the file hash,
+                    // so a lone sender of a bad part is as proven as a
+                    // liar found by comparing blocks.
+                    let why = if proven {
+                        "sent a block of a part that failed its MD4 check"
+                    } else {
+                        "sent data of a part that failed its MD4 check"
+                    };
+                    self.strike(sender.ip, super::BAN_STRIKES, why);
+                }
+                ContentEvent::CheckDone | ContentEvent::Complete => {
+                    if self.files[file as usize].is_complete() {
+                        self.announce_complete(file);
+                    }
+                }
+                ContentEvent::CheckUnit { .. }
+                | ContentEvent::UnitVerified { .. }
+                | ContentEvent::UnitFailed { .. } => {}
             }
+        }
+        if touched && let Some(now) = self.now {
+            self.kick_file(file, now);
         }
     }
 
@@ -275,14 +304,14 @@ impl Client {
         let wanted = {
             let d = self.conns[&conn].down.as_ref().expect("checked");
             let has = d.has.as_ref().map_or(PeerHas::All, has_of);
-            f.picker.is_interesting(has) || f.picker.in_endgame()
+            f.content.is_interesting(has) || f.content.in_endgame()
         };
         let c = self.conns.get_mut(&conn).expect("checked");
         let d = c.down.as_mut().expect("checked");
         if d.has.is_none() {
             let n = f.geo.piece_count();
             d.has = Some(Bitfield::full(n));
-            self.files[file as usize].picker.peer_joined(PeerHas::All);
+            self.files[file as usize].content.peer_joined(PeerHas::All);
         }
         match state {
             DownState::Asked | DownState::NeedHashset | DownState::Idle => {
@@ -344,7 +373,7 @@ impl Client {
         }
         let f = &mut self.files[file as usize];
         for p in pending {
-            f.picker.release(conn, p.span.piece, p.span.begin);
+            f.content.release(conn, p.span.piece, p.span.begin);
         }
         self.kick_file(file, now);
     }
@@ -353,10 +382,10 @@ impl Client {
     pub(super) fn drop_down(&mut self, conn: ConnId, d: super::conn::Down, now: Instant) {
         let f = &mut self.files[d.file as usize];
         for p in &d.pending {
-            f.picker.release(conn, p.span.piece, p.span.begin);
+            f.content.release(conn, p.span.piece, p.span.begin);
         }
         if let Some(h) = &d.has {
-            f.picker.peer_left(has_of(h));
+            f.content.peer_left(has_of(h));
         }
         if f.hashset_from == Some(conn) {
             f.hashset_from = None;
@@ -390,7 +419,6 @@ impl Client {
     /// Tops up the source's pending list to its pipeline depth and asks
     /// for every entry not asked yet, three ranges per packet.
     pub(super) fn send_block_requests(&mut self, conn: ConnId, now: Instant) {
-        let max_unverified = self.cfg.max_unverified;
         let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) else {
             return;
         };
@@ -408,7 +436,7 @@ impl Client {
             }
             // A new session: the uploader forgets what it served.
             for p in d.pending.drain(..) {
-                f.picker.release(conn, p.span.piece, p.span.begin);
+                f.content.release(conn, p.span.piece, p.span.begin);
             }
             d.restart = false;
             d.session.clear();
@@ -419,20 +447,20 @@ impl Client {
             self.mark_dirty(conn);
             return;
         }
-        if f.unverified < max_unverified {
+        if f.content.can_pick() {
             let mut n = d.pipeline.top_up(d.pending.len() as u32) as usize;
-            if f.picker.in_endgame() {
+            if f.content.in_endgame() {
                 n = n.min(ENDGAME_DEPTH.saturating_sub(d.pending.len()));
             }
             if n > 0 {
                 let has = d.has.as_ref().map_or(PeerHas::All, has_of);
                 let mut spans: Vec<BlockSpan> = Vec::with_capacity(n);
-                f.picker.pick(conn, has, n, &mut spans);
+                f.content.pick(conn, has, n, &mut spans);
                 for s in spans {
                     let start = f.geo.piece_offset(s.piece) + u64::from(s.begin);
                     if d.session.contains(&start) {
                         // Served once in this session already.
-                        f.picker.release(conn, s.piece, s.begin);
+                        f.content.release(conn, s.piece, s.begin);
                         d.restart = true;
                         continue;
                     }
@@ -458,7 +486,7 @@ impl Client {
             ranges.push((p.start, p.end));
         }
         let has = d.has.as_ref().map_or(PeerHas::All, has_of);
-        if d.pending.is_empty() && !d.restart && !f.picker.is_interesting(has) {
+        if d.pending.is_empty() && !d.restart && !f.content.is_interesting(has) {
             // Nothing left that this source has: free its slot.
             d.state = DownState::Idle;
             d.accepted = false;
@@ -602,15 +630,18 @@ impl Client {
 
     fn block_done(&mut self, conn: ConnId, p: Pending, now: Instant) {
         let c = self.conns.get_mut(&conn).expect("caller checked");
-        let ip = super::canonical(c.addr.ip());
+        let from = Sender {
+            conn,
+            ip: super::canonical(c.addr.ip()),
+        };
         let d = c.down.as_mut().expect("caller checked");
         let file = d.file;
         let len = p.span.len;
         d.pipeline
             .on_block(now, now.saturating_duration_since(p.sent_at), len);
         let f = &mut self.files[file as usize];
-        match f.picker.received(conn, p.span.piece, p.span.begin, len) {
-            Received::New { cancel, .. } => {
+        match f.content.received(from, p.span, p.data) {
+            Accepted::New { cancel } => {
                 for other in cancel {
                     // An endgame duplicate asked of another source: forget
                     // it there (eD2k has no cancel for one block).
@@ -618,90 +649,12 @@ impl Client {
                         d.pending.retain(|q| q.span != p.span);
                     }
                 }
-                self.assemble(file, p.span, p.data, Some((conn, ip)));
             }
-            Received::Duplicate | Received::Unexpected => {
+            Accepted::Duplicate | Accepted::Unexpected => {
                 self.stats.wasted += u64::from(len);
             }
         }
         self.send_block_requests(conn, now);
-    }
-
-    /// Hands a part's contiguous data to storage in runs.
-    pub(super) fn assemble(
-        &mut self,
-        file: FileId,
-        span: BlockSpan,
-        chunks: Vec<Bytes>,
-        from: Option<(ConnId, IpAddr)>,
-    ) {
-        let f = &mut self.files[file as usize];
-        let size = f.geo.piece_size(span.piece);
-        let a = f.assembly.entry(span.piece).or_default();
-        a.from.push((span.begin, span.len, from));
-        if span.begin != a.next {
-            a.ahead.insert(span.begin, (span.len, chunks));
-            return;
-        }
-        a.next += span.len;
-        a.ready.extend(chunks);
-        while let Some((len, c)) = a.ahead.remove(&a.next) {
-            a.next += len;
-            a.ready.extend(c);
-        }
-        if a.next - a.handed >= WRITE_RUN || a.next == size {
-            let begin = a.handed;
-            f.unverified += u64::from(a.next - a.handed);
-            a.handed = a.next;
-            let data = std::mem::take(&mut a.ready);
-            self.events.push_back(Event::Storage {
-                file,
-                op: StorageOp::Write {
-                    piece: span.piece,
-                    begin,
-                    data,
-                },
-            });
-        }
-    }
-
-    /// Storage verified (or rejected) a part.
-    pub(super) fn on_part_done(&mut self, file: FileId, piece: u32, ok: bool, now: Instant) {
-        let f = &mut self.files[file as usize];
-        if f.checking.get(piece) {
-            f.checking.clear(piece);
-            f.checks_in_flight = f.checks_in_flight.saturating_sub(1);
-            if ok {
-                f.picker.set_had(piece);
-                self.events
-                    .push_back(Event::PartVerified { file, part: piece });
-            }
-            self.issue_checks(file);
-            let f = &self.files[file as usize];
-            if !f.is_checking() {
-                if f.is_complete() {
-                    self.announce_complete(file);
-                }
-                self.kick_file(file, now);
-            }
-            return;
-        }
-        let size = u64::from(f.geo.piece_size(piece));
-        f.unverified = f.unverified.saturating_sub(size);
-        let a = f.assembly.remove(&piece).unwrap_or_default();
-        if ok {
-            f.picker.piece_verified(piece);
-            self.part_passed(file, piece);
-            self.events
-                .push_back(Event::PartVerified { file, part: piece });
-            if self.files[file as usize].is_complete() {
-                self.announce_complete(file);
-            }
-        } else {
-            self.stats.hash_failures += 1;
-            self.part_failed(file, piece, a.from, now);
-        }
-        self.kick_file(file, now);
     }
 
     /// Reports a complete file once and ends its downloads.
@@ -729,7 +682,7 @@ impl Client {
                 self.mark_dirty(conn);
             }
             if let Some(h) = &d.has {
-                self.files[file as usize].picker.peer_left(has_of(h));
+                self.files[file as usize].content.peer_left(has_of(h));
             }
             self.close_if_unused(conn);
         }

@@ -2,14 +2,15 @@
 //! parts it has, and the parts being assembled, verified or repaired.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+use weir_core::content::assembly::Contribution;
+use weir_core::content::{Content, ContentConfig, FailPolicy};
 use weir_core::geometry::Geometry;
-use weir_core::picker::{Order, Picker};
+use weir_core::picker::Order;
 use weir_core::storage::Digest;
 
 use super::ConnId;
@@ -17,27 +18,13 @@ use crate::client::PartStatus;
 use crate::hash::AichTree;
 use crate::{AichHash, Md4Hash};
 
-/// A part's blocks on their way to storage, in order.
-#[derive(Debug, Default)]
-pub(super) struct Assembly {
-    /// Bytes handed to storage so far.
-    pub(super) handed: u32,
-    /// Contiguous blocks after `handed`, not yet handed over.
-    pub(super) ready: Vec<Bytes>,
-    /// End of the contiguous data.
-    pub(super) next: u32,
-    /// Blocks that arrived ahead of a gap: offset -> (length, chunks).
-    pub(super) ahead: BTreeMap<u32, (u32, Vec<Bytes>)>,
-    /// Every block that went in.
-    pub(super) from: Vec<Sender>,
-}
+/// One block of a part and who sent it (`None`: kept from a repair).
+pub(super) type Sender = Contribution;
 
-/// (offset in the part, length, sender) of a block; the sender is `None`
-/// for blocks kept from an earlier attempt at the part.
-pub(super) type Sender = (u32, u32, Option<(ConnId, IpAddr)>);
+/// Contiguous data goes to storage in runs of at least this much (or at
+/// the end of a part): one vectored write per run, not per block.
+const WRITE_RUN: u32 = 512 * 1024;
 
-/// A part that failed its MD4 check, being repaired with AICH: its bytes
-/// read back and the peer's block hashes, compared block by block.
 #[derive(Debug)]
 pub(super) struct Recovery {
     pub(super) from: Vec<Sender>,
@@ -50,22 +37,14 @@ pub(super) struct Recovery {
     pub(super) abandoned: bool,
 }
 
-/// A part that failed with several senders and no AICH: the SHA-1 of each
-/// block as it failed, compared with the good part once it passes.
-#[derive(Debug)]
-pub(super) struct Evidence {
-    pub(super) from: Vec<Sender>,
-    pub(super) bad: Option<Vec<[u8; 20]>>,
-}
-
-/// One shared or downloading file.
 #[derive(Debug)]
 pub(super) struct FileState {
     pub(super) hash: Md4Hash,
     pub(super) size: u64,
     pub(super) name: String,
     pub(super) geo: Geometry,
-    pub(super) picker: Picker,
+    /// Parts had, blocks asked, assembly, checks: the shared content.
+    pub(super) content: Content,
     /// The wire hashset (empty for a file below one part), once known.
     pub(super) hashset: Option<Vec<Md4Hash>>,
     /// The whole AICH tree (files we hashed ourselves).
@@ -77,30 +56,41 @@ pub(super) struct FileState {
     pub(super) aich_trusted: bool,
     /// The hashset request in flight, and to whom.
     pub(super) hashset_from: Option<ConnId>,
-    pub(super) assembly: BTreeMap<u32, Assembly>,
     pub(super) recovering: BTreeMap<u32, Recovery>,
-    pub(super) evidence: BTreeMap<u32, Evidence>,
-    /// Bytes handed to storage and not yet verified.
-    pub(super) unverified: u64,
-    /// Parts to hash from storage before downloading (resume/recheck).
-    pub(super) checking: Bitfield,
-    pub(super) checks_in_flight: u32,
-    pub(super) check_cursor: u32,
+    /// Parts to hash from storage once the part hashes are known (data
+    /// found on disk without resume data).
+    pub(super) to_check: Bitfield,
     /// `Complete` was reported.
     pub(super) complete_announced: bool,
 }
 
 impl FileState {
+    /// A file having the parts in `had` (a trusted journal, or everything
+    /// for a file we share).
     pub(super) fn new(
         hash: Md4Hash,
         size: u64,
         name: String,
         hashset: Option<Vec<Md4Hash>>,
-        order: Order,
-        seed: u64,
+        cfg: (Order, u64, u64),
+        had: &Bitfield,
     ) -> Self {
+        let (order, seed, max_unverified) = cfg;
         let geo = crate::geometry(size);
         let parts = geo.piece_count();
+        let content = Content::new(
+            geo,
+            ContentConfig {
+                order,
+                seed,
+                max_unverified,
+                // AICH repairs first: the client decides.
+                on_fail: FailPolicy::Defer,
+                write_run: WRITE_RUN,
+            },
+            had,
+            &Bitfield::new(parts),
+        );
         // Below one part the file hash is the only part hash.
         let hashset = if crate::hashset_len(size) == 0 {
             Some(Vec::new())
@@ -112,19 +102,14 @@ impl FileState {
             size,
             name,
             geo,
-            picker: Picker::new(geo, order, seed),
+            content,
             hashset,
             aich_tree: None,
             aich_master: None,
             aich_trusted: false,
             hashset_from: None,
-            assembly: BTreeMap::new(),
             recovering: BTreeMap::new(),
-            evidence: BTreeMap::new(),
-            unverified: 0,
-            checking: Bitfield::new(parts),
-            checks_in_flight: 0,
-            check_cursor: 0,
+            to_check: Bitfield::new(parts),
             complete_announced: false,
         }
     }
@@ -146,12 +131,12 @@ impl FileState {
 
     /// Whether every part is verified.
     pub(super) fn is_complete(&self) -> bool {
-        self.picker.is_complete() && !self.is_checking()
+        self.content.is_complete() && self.to_check.count() == 0
     }
 
     /// Whether the start-up check is running.
     pub(super) fn is_checking(&self) -> bool {
-        self.checking.count() > 0 || self.checks_in_flight > 0
+        self.content.is_checking() || self.to_check.count() > 0
     }
 
     /// The part status we announce.
@@ -159,7 +144,7 @@ impl FileState {
         if self.is_complete() {
             return PartStatus::complete();
         }
-        let had = self.picker.had();
+        let had = self.content.had();
         PartStatus::from_fn(crate::ed2k_part_count(self.size) as u16, |i| {
             had.get(i as u32)
         })
@@ -171,13 +156,13 @@ impl FileState {
             return false;
         }
         let pl = u64::from(self.geo.piece_len());
-        let had = self.picker.had();
+        let had = self.content.had();
         (start / pl..=(end - 1) / pl).all(|p| had.get(p as u32))
     }
 
     /// Whether we can serve anything of it.
     pub(super) fn shareable(&self) -> bool {
-        self.picker.had().count() > 0
+        self.content.had().count() > 0
     }
 
     /// Reads a peer's part status as a bitfield over the data parts

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::Geometry;
+use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
 use weir_core::storage::{Digest, StorageEvent, StorageOp};
 
@@ -273,11 +274,13 @@ pub struct Client {
     strikes: BTreeMap<IpAddr, u32>,
     banned: BTreeSet<IpAddr>,
     events: VecDeque<Event>,
-    dirty: Vec<ConnId>,
+    dirty: Dirty<ConnId>,
     reads: BTreeMap<u64, upload::Read>,
     next_read: u64,
     next_tick: Option<Instant>,
     callbacks: Vec<upload::Callback>,
+    /// The time of the latest input (content events are handled with it).
+    now: Option<Instant>,
     stats: Stats,
 }
 
@@ -295,11 +298,12 @@ impl Client {
             strikes: BTreeMap::new(),
             banned: BTreeSet::new(),
             events: VecDeque::new(),
-            dirty: Vec::new(),
+            dirty: Dirty::new(),
             reads: BTreeMap::new(),
             next_read: 0,
             next_tick: None,
             callbacks: Vec::new(),
+            now: None,
             stats: Stats::default(),
         }
     }
@@ -318,17 +322,15 @@ impl Client {
                 reason: "hashset does not match the size".into(),
             });
         }
+        let parts = crate::geometry(h.size).piece_count();
         let mut f = FileState::new(
             h.file_hash,
             h.size,
             name,
             Some(h.hashset.clone()),
-            self.cfg.order,
-            self.cfg.seed,
+            (self.cfg.order, self.cfg.seed, self.cfg.max_unverified),
+            &Bitfield::full(parts),
         );
-        for p in 0..f.geo.piece_count() {
-            f.picker.set_had(p);
-        }
         f.complete_announced = true;
         f.aich_master = h.aich.as_ref().map(|t| t.root());
         f.aich_trusted = f.aich_master.is_some();
@@ -349,22 +351,26 @@ impl Client {
         check: &Bitfield,
     ) -> Result<FileId, AddError> {
         self.check_new(link.hash)?;
+        let seed =
+            self.cfg.seed ^ u64::from_le_bytes(link.hash.0[..8].try_into().unwrap_or([0; 8]));
+        let parts = crate::geometry(link.size).piece_count();
+        let mut had_parts = Bitfield::new(parts);
+        for p in had.iter_ones().filter(|&p| p < parts) {
+            had_parts.set(p);
+        }
         let mut f = FileState::new(
             link.hash,
             link.size,
             link.name.clone(),
             link.part_hashes.clone(),
-            self.cfg.order,
-            self.cfg.seed ^ u64::from_le_bytes(link.hash.0[..8].try_into().unwrap_or([0; 8])),
+            (self.cfg.order, seed, self.cfg.max_unverified),
+            &had_parts,
         );
         f.aich_master = link.aich;
         f.aich_trusted = link.aich.is_some();
-        for p in had.iter_ones() {
-            f.picker.set_had(p);
-        }
         for p in check.iter_ones() {
-            if p < f.geo.piece_count() && !had.get(p) {
-                f.checking.set(p);
+            if p < parts && !had.get(p) {
+                f.to_check.set(p);
             }
         }
         let known = f.hashset.is_some();
@@ -430,11 +436,11 @@ impl Client {
         let Some(f) = self.files.get(file as usize) else {
             return FileProgress::default();
         };
-        let left = f.picker.bytes_left();
+        let left = f.content.bytes_left();
         FileProgress {
             size: f.size,
             verified: f.size - left,
-            parts_had: f.picker.had().count(),
+            parts_had: f.content.had().count(),
             parts: f.geo.piece_count(),
             digests_known: f.hashset.is_some(),
             complete: f.is_complete(),
@@ -522,6 +528,7 @@ impl Client {
         outgoing: bool,
         now: Instant,
     ) {
+        self.now = Some(now);
         if self.is_banned(addr.ip()) {
             self.conns.insert(conn, Conn::new(addr, local_ip, now));
             return self.close(conn, "banned address".into());
@@ -540,10 +547,11 @@ impl Client {
 
     /// A connection closed (by either side).
     pub fn remove_conn(&mut self, conn: ConnId, now: Instant) {
+        self.now = Some(now);
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
-        self.dirty.retain(|x| *x != conn);
+        self.dirty.forget(conn);
         self.reads.retain(|_, r| r.conn != conn);
         if let Some(d) = c.down {
             self.drop_down(conn, d, now);
@@ -566,6 +574,7 @@ impl Client {
 
     /// The runtime could not frame what the peer sent: drop and count it.
     pub fn conn_error(&mut self, conn: ConnId, reason: String, now: Instant) {
+        self.now = Some(now);
         self.stats.protocol_errors += 1;
         let _ = reason;
         self.remove_conn(conn, now);
@@ -573,6 +582,7 @@ impl Client {
 
     /// A framed packet from a peer.
     pub fn handle_packet(&mut self, conn: ConnId, pkt: Packet, now: Instant) {
+        self.now = Some(now);
         let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) else {
             return;
         };
@@ -695,6 +705,7 @@ impl Client {
 
     /// Bytes the runtime finished writing to a connection.
     pub fn on_sent(&mut self, conn: ConnId, bytes: u64, now: Instant) {
+        self.now = Some(now);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.up.in_flight = c.up.in_flight.saturating_sub(bytes);
             self.serve(conn, now);
@@ -707,19 +718,23 @@ impl Client {
         if file as usize >= self.files.len() {
             return;
         }
-        match ev {
-            StorageEvent::PieceDone { piece, ok } => self.on_part_done(file, piece, ok, now),
-            StorageEvent::ReadDone { id, data } if id & repair::RECOVERY_READ != 0 => {
+        self.now = Some(now);
+        match self.files[file as usize].content.handle_storage(ev) {
+            None | Some(StorageEvent::PieceDone { .. }) => {}
+            Some(StorageEvent::ReadDone { id, data }) if id & repair::RECOVERY_READ != 0 => {
                 self.on_recovery_read(file, id, data, now)
             }
-            StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
-            StorageEvent::Failed { error } => self.events.push_back(Event::Fatal { file, error }),
+            Some(StorageEvent::ReadDone { id, data }) => self.on_read_done(id, data, now),
+            Some(StorageEvent::Failed { error }) => {
+                self.events.push_back(Event::Fatal { file, error })
+            }
         }
         self.flush();
     }
 
     /// Periodic work: pipeline sizing, timeouts.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = Some(now);
         if self.next_tick.is_some_and(|t| t <= now) {
             self.next_tick = (!self.conns.is_empty()
                 || self.files.iter().any(|f| !f.recovering.is_empty()))
@@ -784,14 +799,16 @@ impl Client {
     // ---- helpers ----------------------------------------------------------
 
     fn mark_dirty(&mut self, conn: ConnId) {
-        if !self.dirty.contains(&conn) {
-            self.dirty.push(conn);
-        }
+        self.dirty.mark(conn);
     }
 
-    /// Moves queued bytes of every touched connection into Send events.
+    /// Handles the files' content events, then moves queued bytes of every
+    /// touched connection into Send events.
     fn flush(&mut self) {
-        for conn in std::mem::take(&mut self.dirty) {
+        for file in 0..self.files.len() {
+            self.pump(file as FileId);
+        }
+        for conn in self.dirty.take() {
             if let Some(c) = self.conns.get_mut(&conn)
                 && c.has_output()
             {

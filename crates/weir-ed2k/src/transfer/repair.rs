@@ -9,10 +9,11 @@
 //! - Without AICH, one sender: that sender is banned (the MD4 hash list is
 //!   checked against the file hash, so the bad data can only be its) and
 //!   the part is fetched again.
-//! - Without AICH, several senders: each block's SHA-1 is kept from the
-//!   read-back bad part; when the part later passes, the good bytes are
-//!   read back too and a sender whose block differs is banned. Honest
-//!   peers that shared a part with a liar are never blamed.
+//! - Without AICH, several senders: the shared content investigates
+//!   (`weir_core::content`): each block's SHA-1 is kept from the read-back
+//!   bad part; when the part later passes, the good bytes are read back too
+//!   and a sender whose block differs is banned. Honest peers that shared a
+//!   part with a liar are never blamed.
 //!
 //! A failed part stays out of the picker until its bad bytes are read back,
 //! so nothing new is written over them first.
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use sha1::{Digest as _, Sha1};
 use weir_core::storage::StorageOp;
 
-use super::file::{Evidence, Recovery, Sender};
+use super::file::{Recovery, Sender};
 use super::{Client, ConnId, Event, FileId, RECOVERY_TIMEOUT};
 use crate::client::ClientMessage as M;
 use crate::hash::RecoveryData;
@@ -34,10 +35,6 @@ use crate::{AichHash, EMBLOCKSIZE, Md4Hash};
 pub(super) const RECOVERY_READ: u64 = 1 << 63;
 /// Read kinds (bits 32..40 of the id).
 const READ_AICH: u64 = 0;
-const READ_BAD: u64 = 1;
-const READ_GOOD: u64 = 2;
-/// The picker's name for blocks kept from a repaired part.
-const KEPT: u32 = u32::MAX - 1;
 
 fn read_id(kind: u64, part: u32) -> u64 {
     RECOVERY_READ | kind << 32 | u64::from(part)
@@ -45,21 +42,13 @@ fn read_id(kind: u64, part: u32) -> u64 {
 
 /// The distinct addresses that sent blocks of a part.
 pub(super) fn senders(from: &[Sender]) -> Vec<IpAddr> {
-    let mut v: Vec<IpAddr> = from.iter().filter_map(|(_, _, s)| s.map(|s| s.1)).collect();
+    let mut v: Vec<IpAddr> = from
+        .iter()
+        .filter_map(|(_, _, s)| s.map(|s| s.ip))
+        .collect();
     v.sort();
     v.dedup();
     v
-}
-
-/// SHA-1 of every recorded block of a part.
-fn block_hashes(data: &[u8], from: &[Sender]) -> Vec<[u8; 20]> {
-    from.iter()
-        .map(|(begin, len, _)| {
-            let at = *begin as usize;
-            data.get(at..at + *len as usize)
-                .map_or([0; 20], |b| Sha1::digest(b).into())
-        })
-        .collect()
 }
 
 impl Client {
@@ -104,13 +93,8 @@ impl Client {
             );
             self.read_back(file, READ_AICH, piece, len);
             self.ensure_tick(now);
-        } else if who.len() > 1 {
-            self.files[file as usize]
-                .evidence
-                .insert(piece, Evidence { from, bad: None });
-            self.read_back(file, READ_BAD, piece, len);
         } else {
-            self.refetch(file, piece, &from);
+            self.files[file as usize].content.investigate(piece, from);
         }
     }
 
@@ -151,23 +135,11 @@ impl Client {
     /// Fetches a failed part again; a lone sender is banned, several get a
     /// strike each.
     pub(super) fn refetch(&mut self, file: FileId, piece: u32, from: &[Sender]) {
-        self.files[file as usize].picker.piece_failed(piece);
+        self.files[file as usize].content.refetch(piece);
         let s = senders(from);
         let n = if s.len() == 1 { super::BAN_STRIKES } else { 1 };
         for ip in s {
             self.strike(ip, n, "sent data of a part that failed its MD4 check");
-        }
-    }
-
-    /// A part passed: if it failed before with several senders and no
-    /// AICH, read the good bytes back to find who sent the bad ones.
-    pub(super) fn part_passed(&mut self, file: FileId, piece: u32) {
-        let f = &mut self.files[file as usize];
-        if f.evidence.get(&piece).is_some_and(|e| e.bad.is_some()) {
-            let len = f.geo.piece_size(piece);
-            self.read_back(file, READ_GOOD, piece, len);
-        } else {
-            f.evidence.remove(&piece);
         }
     }
 
@@ -224,16 +196,8 @@ impl Client {
             return;
         };
         if senders(&rec.from).len() > 1 {
-            let bad = block_hashes(&data, &rec.from);
             let f = &mut self.files[file as usize];
-            f.evidence.insert(
-                part,
-                Evidence {
-                    from: rec.from,
-                    bad: Some(bad),
-                },
-            );
-            f.picker.piece_failed(part);
+            f.content.investigate_copy(part, rec.from, &data);
         } else {
             self.refetch(file, part, &rec.from);
         }
@@ -251,7 +215,7 @@ impl Client {
         let part = id as u32;
         let kind = (id >> 32) & 0xff;
         if kind != READ_AICH {
-            return self.evidence_read(file, part, kind, data, now);
+            return;
         }
         let f = &mut self.files[file as usize];
         let Some(rec) = f.recovering.get_mut(&part) else {
@@ -273,52 +237,6 @@ impl Client {
                 self.refetch(file, part, &rec.from);
                 self.kick_file(file, now);
             }
-        }
-    }
-
-    fn evidence_read(
-        &mut self,
-        file: FileId,
-        part: u32,
-        kind: u64,
-        data: Result<Bytes, String>,
-        now: Instant,
-    ) {
-        let f = &mut self.files[file as usize];
-        if kind == READ_BAD {
-            match (data, f.evidence.get_mut(&part)) {
-                (Ok(d), Some(e)) => {
-                    e.bad = Some(block_hashes(&d, &e.from));
-                    f.picker.piece_failed(part);
-                }
-                (Err(_), Some(_)) => {
-                    // Cannot compare: fetch again, nobody blamed.
-                    f.evidence.remove(&part);
-                    f.picker.piece_failed(part);
-                }
-                _ => {}
-            }
-            return self.kick_file(file, now);
-        }
-        let (Ok(d), Some(e)) = (data, f.evidence.remove(&part)) else {
-            return;
-        };
-        let good = block_hashes(&d, &e.from);
-        let bad = e.bad.unwrap_or_default();
-        let mut liars: Vec<IpAddr> = Vec::new();
-        for (i, (_, _, sender)) in e.from.iter().enumerate() {
-            if let Some((_, ip)) = sender
-                && bad.get(i) != good.get(i)
-                && !liars.contains(ip)
-            {
-                liars.push(*ip);
-            }
-        }
-        for ip in liars {
-            self.ban(
-                ip,
-                "sent a block of a part that failed its MD4 check".into(),
-            );
         }
     }
 
@@ -358,7 +276,9 @@ impl Client {
         self.stats.aich_repairs += 1;
         let mut liars: Vec<IpAddr> = Vec::new();
         for &(begin, len, sender) in &rec.from {
-            let Some((_, ip)) = sender else { continue };
+            let Some(weir_core::content::Sender { ip, .. }) = sender else {
+                continue;
+            };
             let hit = bad.iter().any(|&i| {
                 let s = geo.block(part, i);
                 begin < s.begin + s.len && s.begin < begin + len
@@ -370,15 +290,12 @@ impl Client {
         for ip in liars {
             self.ban(ip, "sent a block that failed its AICH hash".into());
         }
-        self.files[file as usize].picker.piece_failed(part);
+        let content = &mut self.files[file as usize].content;
+        content.refetch(part);
         for i in (0..n).filter(|i| !bad.contains(i)) {
             let s = geo.block(part, i);
-            let _ = self.files[file as usize]
-                .picker
-                .received(KEPT, part, s.begin, s.len);
             let at = s.begin as usize;
-            let chunk = data.slice(at..at + s.len as usize);
-            self.assemble(file, s, vec![chunk], None);
+            content.restore(s, data.slice(at..at + s.len as usize));
         }
         self.kick_file(file, now);
     }

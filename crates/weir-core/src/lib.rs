@@ -20,6 +20,8 @@
 //!   evidence against senders, shared by every network feeding one file.
 //! - [`outbox`]: a connection's queued output in the writer's units.
 //! - [`policy`]: the network allow-list every socket and datagram obeys.
+//! - [`peers`]: known-peer lists (bounded, pruned), dial state and backoff,
+//!   bans, and the limits on connections, half-open dials and handshakes.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
 
@@ -29,6 +31,7 @@ pub mod content;
 pub mod geometry;
 pub mod meter;
 pub mod outbox;
+pub mod peers;
 pub mod picker;
 pub mod pipeline;
 pub mod policy;

@@ -354,6 +354,7 @@ impl Torrent {
             self.cfg.max_requests,
             now,
         );
+        p.peer_id = theirs.peer_id;
         if p.extended {
             let ext = ExtHandshake {
                 reqq: Some(self.cfg.max_peer_requests),
@@ -394,6 +395,14 @@ impl Torrent {
         self.mark_dirty(conn);
         self.ensure_tick(now);
         self.flush();
+    }
+
+    /// Whether a peer with this peer id is connected (a second connection
+    /// to the same peer is refused).
+    pub fn has_peer_id(&self, peer_id: &[u8; 20]) -> bool {
+        self.peers
+            .values()
+            .any(|p| &p.peer_id == peer_id && !p.closing)
     }
 
     /// A connection closed (by either side).

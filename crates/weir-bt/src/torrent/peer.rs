@@ -48,6 +48,8 @@ pub(crate) struct Outstanding {
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub(crate) addr: SocketAddr,
+    /// The peer id from its handshake.
+    pub(crate) peer_id: [u8; 20],
     pub(crate) fast: bool,
     pub(crate) extended: bool,
     pub(crate) client: Option<String>,
@@ -94,6 +96,7 @@ impl Peer {
         pipe.initial_depth = pipe.initial_depth.min(pipe.max_depth);
         Self {
             addr,
+            peer_id: [0; 20],
             fast,
             extended,
             client: None,

@@ -1,0 +1,511 @@
+//! Connections: admitting incoming ones, choosing dials under the limits,
+//! handing established ones to their protocol core, and what they carry.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use weir_bt::wire::Message;
+use weir_core::peers::{Admit, ConnCounts};
+use weir_core::storage::StorageEvent;
+use weir_ed2k::packet::Packet;
+
+use crate::session::{Conn, Session, Stage};
+use crate::types::{ConnId, Established, Hello, Proto, Refused, SessionEvent, TransferId};
+
+impl Session {
+    fn alloc_conn(&mut self) -> ConnId {
+        let c = self.next_conn;
+        self.next_conn += 1;
+        c
+    }
+
+    fn count(&mut self, transfer: Option<TransferId>, stage: Stage, up: bool) {
+        fn bump(c: &mut ConnCounts, stage: Stage, up: bool) {
+            let n = match stage {
+                Stage::Dialing => &mut c.dialing,
+                Stage::Handshaking => &mut c.handshaking,
+                Stage::Peer => &mut c.peers,
+            };
+            if up {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+            }
+        }
+        bump(&mut self.counts, stage, up);
+        if let Some(t) = transfer.and_then(|id| self.transfers.get_mut(&id)) {
+            bump(&mut t.counts, stage, up);
+        }
+    }
+
+    /// A connection was accepted from `addr` on `proto`'s listener. `Ok`:
+    /// run its handshake under this id (and close the ids in the
+    /// [`SessionEvent::Close`] events that may follow: the oldest
+    /// handshakes give way when too many are in progress).
+    pub fn incoming(
+        &mut self,
+        proto: Proto,
+        addr: SocketAddr,
+        now: Instant,
+    ) -> Result<ConnId, Refused> {
+        self.now = Some(now);
+        let ip = weir_core::peers::canonical(addr.ip());
+        if !self.cfg.policy.allows(ip) {
+            return Err(Refused::Outside);
+        }
+        if self.bans.contains(ip) {
+            return Err(Refused::Banned);
+        }
+        match self.cfg.global.admit_incoming(&self.counts) {
+            Admit::Refuse => return Err(Refused::Full),
+            Admit::ReplaceOldest => {
+                let oldest = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.stage == Stage::Handshaking)
+                    .min_by_key(|(id, c)| (c.since, **id))
+                    .map(|(id, _)| *id);
+                if let Some(old) = oldest {
+                    self.forget_conn(old, now, None);
+                    self.events.push_back(SessionEvent::Close {
+                        conn: old,
+                        reason: "too many handshakes in progress".into(),
+                    });
+                }
+            }
+            Admit::Accept => {}
+        }
+        let conn = self.alloc_conn();
+        self.conns.insert(
+            conn,
+            Conn {
+                proto,
+                addr,
+                transfer: None,
+                stage: Stage::Handshaking,
+                outgoing: false,
+                since: now,
+            },
+        );
+        self.count(None, Stage::Handshaking, true);
+        Ok(conn)
+    }
+
+    /// A connection's handshake finished: it becomes a peer of its
+    /// protocol core, or is refused (the runtime then closes it; the
+    /// session has forgotten it).
+    pub fn established(
+        &mut self,
+        conn: ConnId,
+        info: Established,
+        now: Instant,
+    ) -> Result<(), Refused> {
+        self.now = Some(now);
+        let c = self.conns.get(&conn).cloned().ok_or(Refused::UnknownConn)?;
+        let r = self.admit(conn, &c, info, now);
+        if let Err(e) = &r {
+            self.forget_conn(conn, now, Some(e.to_string()));
+        }
+        self.dial_more(now);
+        r
+    }
+
+    fn admit(
+        &mut self,
+        conn: ConnId,
+        c: &Conn,
+        info: Established,
+        now: Instant,
+    ) -> Result<(), Refused> {
+        match info {
+            Established::Ed2kServer => {
+                self.move_stage(conn, c, Stage::Peer);
+                self.server_up(conn);
+                Ok(())
+            }
+            Established::Ed2k { local_ip } => {
+                if !self.cfg.global.admit_peer(&self.counts) {
+                    return Err(Refused::Full);
+                }
+                self.move_stage(conn, c, Stage::Peer);
+                if c.outgoing
+                    && let Some(b) = self.book_of(c)
+                {
+                    b.connected(c.addr, now);
+                }
+                self.ed2k.add_conn(conn, c.addr, local_ip, c.outgoing, now);
+                self.pump_ed2k(now);
+                Ok(())
+            }
+            Established::Bt {
+                theirs,
+                preamble_sent,
+            } => {
+                let id = match c.transfer {
+                    Some(id) => id,
+                    None => *self
+                        .by_info_hash
+                        .get(&theirs.info_hash)
+                        .ok_or(Refused::UnknownTorrent)?,
+                };
+                let t = self.transfers.get(&id).ok_or(Refused::UnknownTorrent)?;
+                let b = t.bt.as_ref().ok_or(Refused::UnknownTorrent)?;
+                if b.meta.info_hash != theirs.info_hash {
+                    return Err(Refused::UnknownTorrent);
+                }
+                if theirs.peer_id == self.cfg.peer_id {
+                    return Err(Refused::Ourselves);
+                }
+                if !t.running() || !t.checked {
+                    return Err(Refused::NotNow);
+                }
+                let peers = t.counts.peers;
+                if !self.cfg.global.admit_peer(&self.counts)
+                    || peers >= self.cfg.per_transfer.max_peers
+                {
+                    return Err(Refused::Full);
+                }
+                if self.bans.contains(weir_core::peers::canonical(c.addr.ip())) {
+                    return Err(Refused::Banned);
+                }
+                if b.torrent.has_peer_id(&theirs.peer_id) {
+                    return Err(Refused::Duplicate);
+                }
+                // Counted against the transfer from now on.
+                self.count(c.transfer, c.stage, false);
+                self.count(Some(id), Stage::Peer, true);
+                if let Some(cc) = self.conns.get_mut(&conn) {
+                    cc.transfer = Some(id);
+                    cc.stage = Stage::Peer;
+                }
+                let t = self.transfers.get_mut(&id).expect("checked");
+                let b = t.bt.as_mut().expect("checked");
+                if c.outgoing {
+                    b.book.connected(c.addr, now);
+                }
+                b.torrent
+                    .add_peer_after(conn, c.addr, &theirs, preamble_sent, now);
+                self.pump_bt(id, now);
+                Ok(())
+            }
+        }
+    }
+
+    fn move_stage(&mut self, conn: ConnId, c: &Conn, to: Stage) {
+        self.count(c.transfer, c.stage, false);
+        self.count(c.transfer, to, true);
+        if let Some(cc) = self.conns.get_mut(&conn) {
+            cc.stage = to;
+        }
+    }
+
+    fn book_of(&mut self, c: &Conn) -> Option<&mut weir_core::peers::PeerBook> {
+        match (c.proto, c.transfer) {
+            (Proto::Bt, Some(id)) => self
+                .transfers
+                .get_mut(&id)?
+                .bt
+                .as_mut()
+                .map(|b| &mut b.book),
+            (Proto::Ed2k, Some(id)) => self
+                .transfers
+                .get_mut(&id)?
+                .ed2k
+                .as_mut()
+                .map(|e| &mut e.book),
+            (Proto::Ed2k, None) => Some(&mut self.callbacks),
+            _ => None,
+        }
+    }
+
+    /// A dial failed (refused, timed out, bad handshake).
+    pub fn dial_failed(&mut self, conn: ConnId, reason: &str, now: Instant) {
+        self.now = Some(now);
+        self.forget_conn(conn, now, Some(reason.to_string()));
+        self.dial_more(now);
+    }
+
+    /// A connection ended (`error`: why, when it was not an orderly close).
+    pub fn closed(&mut self, conn: ConnId, error: Option<String>, now: Instant) {
+        self.now = Some(now);
+        self.forget_conn(conn, now, error);
+        self.dial_more(now);
+    }
+
+    /// Forgets a connection wherever it is (idempotent).
+    pub(crate) fn forget_conn(&mut self, conn: ConnId, now: Instant, error: Option<String>) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.count(c.transfer, c.stage, false);
+        match c.proto {
+            Proto::Ed2kServer => {
+                self.server_lost(conn, error.as_deref().unwrap_or("closed"), now);
+                return;
+            }
+            Proto::Bt if c.stage == Stage::Peer => {
+                if let Some(id) = c.transfer
+                    && let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut())
+                {
+                    match error {
+                        Some(e) => b.torrent.peer_error(conn, e, now),
+                        None => b.torrent.remove_peer(conn, now),
+                    }
+                    self.pump_bt(id, now);
+                }
+            }
+            Proto::Ed2k if c.stage == Stage::Peer => {
+                match error {
+                    Some(e) => self.ed2k.conn_error(conn, e, now),
+                    None => self.ed2k.remove_conn(conn, now),
+                }
+                self.pump_ed2k(now);
+            }
+            _ => {}
+        }
+        if c.outgoing
+            && let Some(b) = self.book_of(&c)
+        {
+            if c.stage == Stage::Dialing {
+                b.dial_failed(c.addr, now);
+            } else {
+                b.disconnected(c.addr, now);
+            }
+        }
+    }
+
+    /// Closes every connection of a transfer (paused, failed, removed).
+    pub(crate) fn close_transfer_conns(&mut self, id: TransferId, reason: &str, now: Instant) {
+        let conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.transfer == Some(id))
+            .map(|(k, _)| *k)
+            .collect();
+        for conn in conns {
+            self.forget_conn(conn, now, None);
+            self.events.push_back(SessionEvent::Close {
+                conn,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// BitTorrent messages decoded from one read.
+    pub fn bt_messages(&mut self, conn: ConnId, msgs: Vec<Message>, now: Instant) {
+        self.now = Some(now);
+        let Some(id) = self.peer_transfer(conn, Proto::Bt) else {
+            return;
+        };
+        if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+            for m in msgs {
+                b.torrent.handle_message(conn, m, now);
+            }
+        }
+        self.pump_bt(id, now);
+    }
+
+    /// eD2k packets decoded from one read (of a peer or a server).
+    pub fn ed2k_packets(&mut self, conn: ConnId, pkts: Vec<Packet>, now: Instant) {
+        self.now = Some(now);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        match c.proto {
+            Proto::Ed2kServer => self.server_packets(conn, pkts, now),
+            Proto::Ed2k => {
+                for p in pkts {
+                    self.ed2k.handle_packet(conn, p, now);
+                }
+                self.pump_ed2k(now);
+            }
+            Proto::Bt => {}
+        }
+    }
+
+    /// The runtime wrote this many bytes of a connection's queue.
+    pub fn sent(&mut self, conn: ConnId, bytes: u64, now: Instant) {
+        self.now = Some(now);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        match (c.proto, c.transfer) {
+            (Proto::Bt, Some(id)) => {
+                if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+                    b.torrent.on_sent(conn, bytes, now);
+                }
+                self.pump_bt(id, now);
+            }
+            (Proto::Ed2k, _) => {
+                self.ed2k.on_sent(conn, bytes, now);
+                self.pump_ed2k(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn peer_transfer(&self, conn: ConnId, proto: Proto) -> Option<TransferId> {
+        let c = self.conns.get(&conn)?;
+        (c.proto == proto && c.stage == Stage::Peer)
+            .then_some(c.transfer)
+            .flatten()
+    }
+
+    /// A storage operation of a transfer finished.
+    pub fn storage(&mut self, id: TransferId, ev: StorageEvent, now: Instant) {
+        self.now = Some(now);
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return;
+        };
+        if let Some(b) = t.bt.as_mut() {
+            b.torrent.handle_storage(ev, now);
+            self.pump_bt(id, now);
+        } else if let Some(e) = t.ed2k.as_ref() {
+            let file = e.file;
+            self.ed2k.handle_storage(file, ev, now);
+            self.pump_ed2k(now);
+        }
+    }
+
+    /// Time-driven work due at `now`: protocol timers, dials, servers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = Some(now);
+        while let Some(&(at, id)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.timer_of.remove(&id);
+            if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+                b.torrent.handle_timeout(now);
+            }
+            self.pump_bt(id, now);
+        }
+        if self.ed2k.poll_timeout().is_some_and(|t| t <= now) {
+            self.ed2k.handle_timeout(now);
+            self.pump_ed2k(now);
+        }
+        if self.next_dial.is_some_and(|t| t <= now) {
+            self.next_dial = None;
+            self.dial_more(now);
+        }
+        self.servers_due(now);
+    }
+
+    /// When [`Session::handle_timeout`] wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.timers.first().map(|(t, _)| *t),
+            self.ed2k.poll_timeout(),
+            self.next_dial,
+            self.servers_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Starts the dials the limits have room for, spread over the
+    /// transfers in turn, and arms the next look.
+    pub(crate) fn dial_more(&mut self, now: Instant) {
+        let mut next_due: Option<Instant> = None;
+        let ids: Vec<TransferId> = self.transfers.keys().copied().collect();
+        let n = ids.len();
+        let start = if n == 0 {
+            0
+        } else {
+            self.dial_cursor as usize % n
+        };
+        self.dial_cursor = self.dial_cursor.wrapping_add(1);
+        for k in 0..n {
+            let id = ids[(start + k) % n];
+            for proto in [Proto::Bt, Proto::Ed2k] {
+                let room = self
+                    .cfg
+                    .global
+                    .dial_room(&self.counts)
+                    .min(self.cfg.per_transfer.dial_room(&self.transfers[&id].counts));
+                let t = self.transfers.get_mut(&id).expect("listed");
+                if !t.running() {
+                    continue;
+                }
+                let seeking = t.complete_at.is_none();
+                let (book, hello) = match proto {
+                    Proto::Bt => match t.bt.as_mut() {
+                        // Seeds wait for leechers; nothing is dialled while
+                        // the data is being checked.
+                        Some(b) if t.checked => {
+                            let hello = Hello::Bt {
+                                ours: b.torrent.handshake(),
+                                preamble: b.torrent.preamble(),
+                            };
+                            (&mut b.book, hello)
+                        }
+                        _ => continue,
+                    },
+                    _ => match t.ed2k.as_mut() {
+                        Some(e) => (&mut e.book, Hello::Ed2k),
+                        None => continue,
+                    },
+                };
+                if let Some(d) = book.next_due(seeking) {
+                    next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+                }
+                if room == 0 {
+                    continue;
+                }
+                let addrs = book.next_dials(now, room, seeking);
+                for addr in addrs {
+                    let conn = self.alloc_conn();
+                    self.conns.insert(
+                        conn,
+                        Conn {
+                            proto,
+                            addr,
+                            transfer: Some(id),
+                            stage: Stage::Dialing,
+                            outgoing: true,
+                            since: now,
+                        },
+                    );
+                    self.count(Some(id), Stage::Dialing, true);
+                    self.events.push_back(SessionEvent::Dial {
+                        conn,
+                        proto,
+                        addr,
+                        hello: hello.clone(),
+                    });
+                }
+            }
+        }
+        // Callbacks: dialled once each, for no transfer in particular.
+        let room = self.cfg.global.dial_room(&self.counts);
+        if let Some(d) = self.callbacks.next_due(false) {
+            next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+        }
+        for addr in self.callbacks.next_dials(now, room, false) {
+            let conn = self.alloc_conn();
+            self.conns.insert(
+                conn,
+                Conn {
+                    proto: Proto::Ed2k,
+                    addr,
+                    transfer: None,
+                    stage: Stage::Dialing,
+                    outgoing: true,
+                    since: now,
+                },
+            );
+            self.count(None, Stage::Dialing, true);
+            self.events.push_back(SessionEvent::Dial {
+                conn,
+                proto: Proto::Ed2k,
+                addr,
+                hello: Hello::Ed2k,
+            });
+        }
+        // Look again when a backoff ends, or soon if room was what stopped us.
+        let soon = now + self.cfg.dial_interval;
+        self.next_dial = next_due.map(|d| d.max(soon));
+    }
+}

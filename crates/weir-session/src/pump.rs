@@ -1,0 +1,194 @@
+//! Turning the protocol cores' events into session events: sends and
+//! closes pass through, storage operations are tagged with their transfer,
+//! bans become session-wide, verdicts become transfer events.
+
+use std::time::Instant;
+
+use weir_bt::torrent::Event as BtEvent;
+use weir_ed2k::transfer::Event as Ed2kEvent;
+
+use crate::session::Session;
+use crate::types::{LogLevel, SessionEvent, TransferEvent, TransferId};
+
+impl Session {
+    /// Handles everything the transfer's torrent asked for, and re-arms its
+    /// timer.
+    pub(crate) fn pump_bt(&mut self, id: TransferId, now: Instant) {
+        loop {
+            let Some(ev) = self
+                .transfers
+                .get_mut(&id)
+                .and_then(|t| t.bt.as_mut())
+                .and_then(|b| b.torrent.poll_event())
+            else {
+                break;
+            };
+            match ev {
+                BtEvent::Send {
+                    conn,
+                    data,
+                    payload,
+                } => self.events.push_back(SessionEvent::Send {
+                    conn,
+                    data,
+                    payload,
+                }),
+                BtEvent::Storage(op) => self
+                    .events
+                    .push_back(SessionEvent::Storage { transfer: id, op }),
+                BtEvent::Close { conn, reason } => {
+                    self.forget_conn(conn, now, None);
+                    self.events.push_back(SessionEvent::Close { conn, reason });
+                }
+                BtEvent::Ban { ip, reason } => self.ban(ip, reason),
+                BtEvent::PieceVerified(p) => self.transfer_event(id, TransferEvent::Verified(p)),
+                BtEvent::Complete => self.on_complete(id, now),
+                BtEvent::CheckDone => self.on_checked(id, now),
+                BtEvent::Fatal(e) => self.on_failed(id, e, now),
+                BtEvent::Content(_) => {}
+            }
+        }
+        self.arm_bt_timer(id);
+    }
+
+    fn arm_bt_timer(&mut self, id: TransferId) {
+        let want = self
+            .transfers
+            .get(&id)
+            .and_then(|t| t.bt.as_ref())
+            .and_then(|b| b.torrent.poll_timeout());
+        let had = self.timer_of.get(&id).copied();
+        if had == want {
+            return;
+        }
+        if let Some(at) = had {
+            self.timers.remove(&(at, id));
+            self.timer_of.remove(&id);
+        }
+        if let Some(at) = want {
+            self.timers.insert((at, id));
+            self.timer_of.insert(id, at);
+        }
+    }
+
+    /// Handles everything the eD2k core asked for.
+    pub(crate) fn pump_ed2k(&mut self, now: Instant) {
+        while let Some(ev) = self.ed2k.poll_event() {
+            match ev {
+                Ed2kEvent::Send {
+                    conn,
+                    data,
+                    payload,
+                } => self.events.push_back(SessionEvent::Send {
+                    conn,
+                    data,
+                    payload,
+                }),
+                Ed2kEvent::Storage { file, op } => {
+                    if let Some(&id) = self.by_file.get(&file) {
+                        self.events
+                            .push_back(SessionEvent::Storage { transfer: id, op });
+                    }
+                }
+                Ed2kEvent::DigestsKnown { file } => {
+                    if let (Some(&id), Some(digests)) =
+                        (self.by_file.get(&file), self.ed2k.digests(file))
+                    {
+                        self.events.push_back(SessionEvent::OpenStorage {
+                            transfer: id,
+                            digests,
+                        });
+                    }
+                }
+                Ed2kEvent::Close { conn, reason } => {
+                    self.forget_conn(conn, now, None);
+                    self.events.push_back(SessionEvent::Close { conn, reason });
+                }
+                Ed2kEvent::Ban { ip, reason } => self.ban(ip, reason),
+                Ed2kEvent::Connect { addr } => {
+                    // A wedged downloader to reconnect to: through the same
+                    // book and limits as every dial.
+                    self.callbacks
+                        .add(addr, weir_core::peers::Source::Callback, now);
+                    self.next_dial = Some(now);
+                }
+                Ed2kEvent::PartVerified { file, part } => {
+                    if let Some(&id) = self.by_file.get(&file) {
+                        let first = self.ed2k.progress(file).parts_had == 1;
+                        if !self.transfers[&id].checked {
+                            // Found by the start-up check.
+                        } else {
+                            self.transfer_event(id, TransferEvent::Verified(part));
+                        }
+                        if first {
+                            self.offer_files();
+                        }
+                    }
+                }
+                Ed2kEvent::Complete { file } => {
+                    if let Some(&id) = self.by_file.get(&file) {
+                        self.on_complete(id, now);
+                        self.offer_files();
+                    }
+                }
+                Ed2kEvent::Fatal { file, error } => {
+                    if let Some(&id) = self.by_file.get(&file) {
+                        self.on_failed(id, error, now);
+                    }
+                }
+            }
+        }
+        // An eD2k file is checked once its storage check is over.
+        let checked: Vec<TransferId> = self
+            .transfers
+            .iter()
+            .filter(|(_, t)| !t.checked && t.bt.is_none())
+            .filter(|(_, t)| {
+                t.ed2k
+                    .as_ref()
+                    .is_some_and(|e| !self.ed2k.progress(e.file).checking)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in checked {
+            self.on_checked(id, now);
+        }
+    }
+
+    fn on_checked(&mut self, id: TransferId, now: Instant) {
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return;
+        };
+        if t.checked {
+            return;
+        }
+        t.checked = true;
+        self.transfer_event(id, TransferEvent::Checked);
+        self.next_dial = Some(now);
+    }
+
+    fn on_complete(&mut self, id: TransferId, now: Instant) {
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return;
+        };
+        if t.complete_at.is_some() {
+            return;
+        }
+        t.complete_at = Some(now);
+        self.transfer_event(id, TransferEvent::Complete);
+    }
+
+    fn on_failed(&mut self, id: TransferId, error: String, now: Instant) {
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return;
+        };
+        if t.failed.is_some() {
+            return;
+        }
+        t.failed = Some(error.clone());
+        let line = format!("{}: {error}", t.name);
+        self.log(LogLevel::Warn, line);
+        self.transfer_event(id, TransferEvent::Failed(error));
+        self.close_transfer_conns(id, "transfer failed", now);
+    }
+}

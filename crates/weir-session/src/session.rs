@@ -1,0 +1,555 @@
+//! The session: transfers by id, connections by id, and the commands that
+//! add, pause, resume and remove transfers.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use weir_bt::metainfo::Metainfo;
+use weir_bt::torrent::{Torrent, TorrentConfig};
+use weir_bt::wire::Handshake;
+use weir_core::bitfield::Bitfield;
+use weir_core::peers::{Bans, ConnCounts, PeerBook, Source};
+use weir_ed2k::hash::FileHashes;
+use weir_ed2k::link::FileLink;
+use weir_ed2k::transfer::{Client, ClientConfig, FileId};
+
+use crate::config::SessionConfig;
+use crate::server::Server;
+use crate::transfer::{BtSide, Ed2kSide, RunState, Transfer, TransferInfo};
+use crate::types::{AddError, ConnId, LogLevel, Proto, SessionEvent, TransferEvent, TransferId};
+
+/// Where a connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// We are dialling it (connect and handshake).
+    Dialing,
+    /// It connected to us; its handshake is not done.
+    Handshaking,
+    /// A peer of a protocol core.
+    Peer,
+}
+
+/// A connection the session knows.
+#[derive(Clone, Debug)]
+pub(crate) struct Conn {
+    pub(crate) proto: Proto,
+    pub(crate) addr: SocketAddr,
+    /// The transfer it is for (an incoming eD2k connection may ask for any
+    /// file: none).
+    pub(crate) transfer: Option<TransferId>,
+    pub(crate) stage: Stage,
+    pub(crate) outgoing: bool,
+    pub(crate) since: Instant,
+}
+
+/// Options of a torrent added to the session.
+#[derive(Clone, Debug)]
+pub struct AddTorrent {
+    /// The torrent.
+    pub meta: Arc<Metainfo>,
+    /// Pieces a trusted journal vouches for.
+    pub had: Bitfield,
+    /// Pieces to hash from storage first (data found without a journal).
+    pub check: Bitfield,
+    /// Peers to dial (`--peer`).
+    pub peers: Vec<SocketAddr>,
+    /// Start paused.
+    pub paused: bool,
+    /// Keep seeding once complete.
+    pub seed: bool,
+}
+
+/// Options of an eD2k download added to the session.
+#[derive(Clone, Debug)]
+pub struct AddEd2k {
+    /// The file.
+    pub link: FileLink,
+    /// Parts a trusted journal vouches for.
+    pub had: Bitfield,
+    /// Parts to hash from storage once the part hashes are known.
+    pub check: Bitfield,
+    /// Sources to dial besides the link's.
+    pub peers: Vec<SocketAddr>,
+    /// Start paused.
+    pub paused: bool,
+    /// Keep sharing once complete.
+    pub seed: bool,
+}
+
+/// Every transfer of every protocol, sans-IO. See the crate docs.
+#[derive(Debug)]
+pub struct Session {
+    pub(crate) cfg: SessionConfig,
+    pub(crate) transfers: BTreeMap<TransferId, Transfer>,
+    pub(crate) by_info_hash: BTreeMap<[u8; 20], TransferId>,
+    pub(crate) by_file: BTreeMap<FileId, TransferId>,
+    pub(crate) ed2k: Client,
+    /// Peers an eD2k server or a wedged downloader asked us to connect to,
+    /// for no particular transfer.
+    pub(crate) callbacks: PeerBook,
+    pub(crate) servers: Vec<Server>,
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    pub(crate) counts: ConnCounts,
+    pub(crate) bans: Bans,
+    pub(crate) events: VecDeque<SessionEvent>,
+    /// When each transfer's torrent wants its timeout handled.
+    pub(crate) timers: BTreeSet<(Instant, TransferId)>,
+    pub(crate) timer_of: BTreeMap<TransferId, Instant>,
+    pub(crate) next_dial: Option<Instant>,
+    pub(crate) dial_cursor: u32,
+    pub(crate) next_conn: ConnId,
+    next_id: u32,
+    pub(crate) rng: fastrand::Rng,
+    pub(crate) now: Option<Instant>,
+}
+
+impl Session {
+    /// An empty session.
+    pub fn new(cfg: SessionConfig) -> Self {
+        let mut ccfg = ClientConfig::new(cfg.user_hash);
+        ccfg.nick = cfg.nick.clone();
+        ccfg.listen_port = cfg.ed2k_port;
+        ccfg.order = cfg.order;
+        ccfg.seed = cfg.seed ^ 0xed2c;
+        ccfg.upload_slots = cfg.ed2k_upload_slots;
+        ccfg.accept_compressed = cfg.ed2k_accept_compressed;
+        if let Some(m) = cfg.max_requests {
+            ccfg.max_requests = m;
+        }
+        let callbacks = PeerBook::new(cfg.book.clone(), cfg.policy.clone(), cfg.seed ^ 0xca11);
+        Self {
+            ed2k: Client::new(ccfg),
+            callbacks,
+            servers: Vec::new(),
+            transfers: BTreeMap::new(),
+            by_info_hash: BTreeMap::new(),
+            by_file: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            counts: ConnCounts::default(),
+            bans: Bans::new(cfg.book.max_bans),
+            events: VecDeque::new(),
+            timers: BTreeSet::new(),
+            timer_of: BTreeMap::new(),
+            next_dial: None,
+            dial_cursor: 0,
+            next_conn: 1,
+            next_id: 1,
+            rng: fastrand::Rng::with_seed(cfg.seed),
+            now: None,
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    fn new_id(&mut self) -> TransferId {
+        let id = TransferId(self.next_id);
+        self.next_id += 1;
+        id
+    }
+
+    fn book(&mut self, salt: u64) -> PeerBook {
+        PeerBook::new(
+            self.cfg.book.clone(),
+            self.cfg.policy.clone(),
+            self.cfg.seed ^ salt ^ self.rng.u64(..),
+        )
+    }
+
+    /// Adds a torrent. Its storage must be opened
+    /// ([`SessionEvent::OpenStorage`] comes at once) before its checks run.
+    pub fn add_torrent(&mut self, spec: AddTorrent, now: Instant) -> Result<TransferId, AddError> {
+        self.now = Some(now);
+        let meta = spec.meta;
+        if let Some(&id) = self.by_info_hash.get(&meta.info_hash) {
+            return Err(AddError::Duplicate(id));
+        }
+        let id = self.new_id();
+        let mut tcfg = TorrentConfig::new(self.cfg.peer_id);
+        tcfg.order = self.cfg.order;
+        tcfg.listen_port = self.cfg.bt_port;
+        tcfg.seed = self.cfg.seed ^ u64::from(id.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        if let Some(m) = self.cfg.max_requests {
+            tcfg.max_requests = m;
+        }
+        let digests = Torrent::digests(&meta);
+        self.events.push_back(SessionEvent::OpenStorage {
+            transfer: id,
+            digests,
+        });
+        let torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
+        let mut book = self.book(u64::from(id.0));
+        for p in spec.peers {
+            self.learn(&mut book, p, Source::Manual, now);
+        }
+        self.by_info_hash.insert(meta.info_hash, id);
+        self.transfers.insert(
+            id,
+            Transfer {
+                name: meta.info.name.clone(),
+                size: meta.info.total_length(),
+                bt: Some(BtSide {
+                    torrent,
+                    meta,
+                    book,
+                }),
+                ed2k: None,
+                run: if spec.paused {
+                    RunState::Paused
+                } else {
+                    RunState::Running
+                },
+                seed: spec.seed,
+                added_at: now,
+                checked: false,
+                complete_at: None,
+                failed: None,
+                counts: ConnCounts::default(),
+            },
+        );
+        self.pump_bt(id, now);
+        self.next_dial = Some(now);
+        Ok(id)
+    }
+
+    /// Adds an eD2k download. Its storage opens once the part hashes are
+    /// known ([`SessionEvent::OpenStorage`]: at once when the link carries
+    /// them, else after a source sent the hashset).
+    pub fn add_ed2k(&mut self, spec: AddEd2k, now: Instant) -> Result<TransferId, AddError> {
+        self.now = Some(now);
+        if let Some(id) = self.find_ed2k(&spec.link.hash) {
+            return Err(AddError::Duplicate(id));
+        }
+        let file = self.ed2k.add_download(&spec.link, &spec.had, &spec.check)?;
+        let id = self.new_id();
+        let mut book = self.book(u64::from(id.0) << 8);
+        for s in &spec.link.sources {
+            // Names are the runtime's to resolve (under the policy); it
+            // passes what they resolve to in `peers`.
+            if let weir_ed2k::link::SourceHost::Ip(ip) = s.host {
+                let a = SocketAddr::from((ip, s.port));
+                self.learn(&mut book, a, Source::Manual, now);
+            }
+        }
+        for p in spec.peers {
+            self.learn(&mut book, p, Source::Manual, now);
+        }
+        self.by_file.insert(file, id);
+        self.transfers.insert(
+            id,
+            Transfer {
+                name: spec.link.name.clone(),
+                size: spec.link.size,
+                bt: None,
+                ed2k: Some(Ed2kSide {
+                    file,
+                    hash: spec.link.hash,
+                    book,
+                }),
+                run: if spec.paused {
+                    RunState::Paused
+                } else {
+                    RunState::Running
+                },
+                seed: spec.seed,
+                added_at: now,
+                checked: false,
+                complete_at: None,
+                failed: None,
+                counts: ConnCounts::default(),
+            },
+        );
+        self.pump_ed2k(now);
+        self.ask_sources(now);
+        self.next_dial = Some(now);
+        Ok(id)
+    }
+
+    /// Shares a complete file on eD2k (hashed by the caller).
+    pub fn share_ed2k(
+        &mut self,
+        name: String,
+        hashes: &FileHashes,
+        now: Instant,
+    ) -> Result<TransferId, AddError> {
+        self.now = Some(now);
+        if let Some(id) = self.find_ed2k(&hashes.file_hash) {
+            return Err(AddError::Duplicate(id));
+        }
+        let file = self.ed2k.add_shared(name.clone(), hashes)?;
+        let id = self.new_id();
+        let book = self.book(u64::from(id.0) << 8);
+        self.by_file.insert(file, id);
+        self.transfers.insert(
+            id,
+            Transfer {
+                name,
+                size: hashes.size,
+                bt: None,
+                ed2k: Some(Ed2kSide {
+                    file,
+                    hash: hashes.file_hash,
+                    book,
+                }),
+                run: RunState::Running,
+                seed: true,
+                added_at: now,
+                checked: true,
+                complete_at: Some(now),
+                failed: None,
+                counts: ConnCounts::default(),
+            },
+        );
+        self.pump_ed2k(now);
+        self.offer_files();
+        Ok(id)
+    }
+
+    fn find_ed2k(&self, hash: &weir_ed2k::Md4Hash) -> Option<TransferId> {
+        self.transfers
+            .iter()
+            .find(|(_, t)| t.ed2k.as_ref().is_some_and(|e| e.hash == *hash))
+            .map(|(id, _)| *id)
+    }
+
+    /// Adds an eD2k server to log into (one is used at a time).
+    pub fn add_ed2k_server(&mut self, addr: SocketAddr, now: Instant) {
+        self.now = Some(now);
+        if !self.servers.iter().any(|s| s.addr == addr) {
+            self.servers.push(Server::new(addr, now));
+            self.next_dial = Some(now);
+        }
+    }
+
+    /// Learns peers of a transfer from a source (a tracker answer, `--peer`,
+    /// later the DHT or PEX). At most one answer's worth is taken.
+    pub fn add_peers(
+        &mut self,
+        id: TransferId,
+        proto: Proto,
+        addrs: &[SocketAddr],
+        source: Source,
+        now: Instant,
+    ) -> usize {
+        self.now = Some(now);
+        let own = self.own_filter();
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return 0;
+        };
+        let book = match proto {
+            Proto::Bt => t.bt.as_mut().map(|b| &mut b.book),
+            Proto::Ed2k => t.ed2k.as_mut().map(|e| &mut e.book),
+            Proto::Ed2kServer => None,
+        };
+        let Some(book) = book else { return 0 };
+        let n = book.add_answer(addrs.iter().copied().filter(|a| !own(a)), source, now);
+        if n > 0 {
+            self.next_dial = Some(now);
+        }
+        n
+    }
+
+    /// A predicate telling our own listen addresses (as a tracker or a
+    /// server saw us).
+    fn own_filter(&self) -> impl Fn(&SocketAddr) -> bool + use<> {
+        let ports: Vec<u16> = self
+            .cfg
+            .bt_port
+            .into_iter()
+            .chain((self.cfg.ed2k_port != 0).then_some(self.cfg.ed2k_port))
+            .collect();
+        let ips = self.cfg.own_ips.clone();
+        move |a: &SocketAddr| {
+            ports.contains(&a.port())
+                && (ips.contains(&a.ip())
+                    || ips.iter().any(IpAddr::is_unspecified) && a.ip().is_loopback())
+        }
+    }
+
+    fn learn(&self, book: &mut PeerBook, addr: SocketAddr, source: Source, now: Instant) {
+        if !(self.own_filter())(&addr) {
+            book.add(addr, source, now);
+        }
+    }
+
+    /// Stops a transfer's connections and dials until resumed.
+    pub fn pause(&mut self, id: TransferId, now: Instant) {
+        self.now = Some(now);
+        let Some(t) = self.transfers.get_mut(&id) else {
+            return;
+        };
+        t.run = RunState::Paused;
+        self.close_transfer_conns(id, "transfer paused", now);
+    }
+
+    /// Lets a paused transfer run again.
+    pub fn resume(&mut self, id: TransferId, now: Instant) {
+        self.now = Some(now);
+        if let Some(t) = self.transfers.get_mut(&id) {
+            t.run = RunState::Running;
+            self.next_dial = Some(now);
+        }
+    }
+
+    /// Forgets a transfer (its storage is the runtime's to close). eD2k
+    /// files stay known to the eD2k core, paused, until the session ends.
+    pub fn remove(&mut self, id: TransferId, now: Instant) -> bool {
+        self.now = Some(now);
+        if !self.transfers.contains_key(&id) {
+            return false;
+        }
+        self.pause(id, now);
+        let t = self.transfers.remove(&id).expect("checked");
+        if let Some(b) = &t.bt {
+            self.by_info_hash.remove(&b.meta.info_hash);
+        }
+        if let Some(e) = &t.ed2k {
+            self.by_file.remove(&e.file);
+        }
+        if let Some(at) = self.timer_of.remove(&id) {
+            self.timers.remove(&(at, id));
+        }
+        true
+    }
+
+    /// Whether every transfer is complete (or failed, or paused) and none
+    /// wants to keep serving: a CLI run can end.
+    pub fn is_done(&self) -> bool {
+        self.transfers
+            .values()
+            .all(|t| !t.running() || (t.complete_at.is_some() && !t.seed))
+    }
+
+    /// The transfers, in id order.
+    pub fn transfer_ids(&self) -> impl Iterator<Item = TransferId> + '_ {
+        self.transfers.keys().copied()
+    }
+
+    /// The transfer of a torrent.
+    pub fn find_torrent(&self, info_hash: &[u8; 20]) -> Option<TransferId> {
+        self.by_info_hash.get(info_hash).copied()
+    }
+
+    /// What displays read of a transfer at `now`.
+    pub fn info(&self, id: TransferId, now: Instant) -> Option<TransferInfo> {
+        let t = self.transfers.get(&id)?;
+        let mut info = TransferInfo {
+            id,
+            name: t.name.clone(),
+            size: t.size,
+            phase: t.phase(),
+            info_hash: t.bt.as_ref().map(|b| b.meta.info_hash),
+            ed2k_hash: t.ed2k.as_ref().map(|e| e.hash),
+            bytes_had: 0,
+            downloaded: (0, 0),
+            uploaded: (0, 0),
+            download_rate: 0.0,
+            upload_rate: 0.0,
+            peers: 0,
+            known: 0,
+            hash_failures: 0,
+            protocol_errors: 0,
+            banned: 0,
+            added_at: t.added_at,
+            complete_at: t.complete_at,
+            error: t.failed.clone(),
+        };
+        if let Some(b) = &t.bt {
+            let s = b.torrent.stats(now);
+            info.bytes_had = s.bytes_had;
+            info.downloaded.0 = s.downloaded;
+            info.uploaded.0 = s.uploaded;
+            info.download_rate += s.download_rate;
+            info.upload_rate += s.upload_rate;
+            info.peers += s.peers;
+            info.known += b.book.counts().known;
+            info.hash_failures += s.hash_failures;
+            info.protocol_errors += s.protocol_errors;
+            info.banned += s.banned;
+        }
+        if let Some(e) = &t.ed2k {
+            let p = self.ed2k.progress(e.file);
+            if t.bt.is_none() {
+                info.bytes_had = p.verified;
+            }
+            // The eD2k core counts for all its files; a session with one
+            // eD2k file reads its own figures.
+            let s = self.ed2k.stats(now);
+            info.downloaded.1 = s.downloaded;
+            info.uploaded.1 = s.uploaded;
+            info.download_rate += s.download_rate;
+            info.upload_rate += s.upload_rate;
+            info.peers += t.counts.peers;
+            info.known += e.book.counts().known;
+            info.hash_failures += s.hash_failures;
+            info.protocol_errors += s.protocol_errors;
+            info.banned += s.banned;
+        }
+        Some(info)
+    }
+
+    /// Connections by stage over the whole session.
+    pub fn counts(&self) -> ConnCounts {
+        self.counts
+    }
+
+    /// The transfer's torrent (read-only: geometry, pieces had).
+    pub fn torrent(&self, id: TransferId) -> Option<&Torrent> {
+        self.transfers.get(&id)?.bt.as_ref().map(|b| &b.torrent)
+    }
+
+    /// The transfer's eD2k file in the eD2k core, and the core.
+    pub fn ed2k_file(&self, id: TransferId) -> Option<(&Client, FileId)> {
+        let f = self.transfers.get(&id)?.ed2k.as_ref()?.file;
+        Some((&self.ed2k, f))
+    }
+
+    /// Bans `ip` everywhere: no dial, no connection accepted, and the
+    /// transfers' books forget it.
+    pub(crate) fn ban(&mut self, ip: IpAddr, reason: String) {
+        let ip = weir_core::peers::canonical(ip);
+        if !self.bans.insert(ip) {
+            return;
+        }
+        for t in self.transfers.values_mut() {
+            if let Some(b) = &mut t.bt {
+                b.book.ban(ip);
+            }
+            if let Some(e) = &mut t.ed2k {
+                e.book.ban(ip);
+            }
+        }
+        self.callbacks.ban(ip);
+        self.events.push_back(SessionEvent::Banned { ip, reason });
+    }
+
+    pub(crate) fn log(&mut self, level: LogLevel, message: String) {
+        self.events.push_back(SessionEvent::Log { level, message });
+    }
+
+    pub(crate) fn transfer_event(&mut self, transfer: TransferId, event: TransferEvent) {
+        self.events
+            .push_back(SessionEvent::Transfer { transfer, event });
+    }
+
+    /// The next thing the runtime must do.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    /// Our handshake for an incoming BitTorrent connection whose peer asked
+    /// for `info_hash`, if we have that torrent and it takes peers now.
+    pub fn bt_route(&self, info_hash: &[u8; 20]) -> Option<Handshake> {
+        let id = self.by_info_hash.get(info_hash)?;
+        let t = self.transfers.get(id)?;
+        if !t.running() || !t.checked {
+            return None;
+        }
+        t.bt.as_ref().map(|b| b.torrent.handshake())
+    }
+}

@@ -1,0 +1,324 @@
+//! Session decisions in isolation: dial limits, backoff, bans, routing.
+//! (Whole transfers between sessions run in `weir-sim`.)
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha1::{Digest as _, Sha1};
+use weir_bt::metainfo::{FileEntry, Info, Metainfo};
+use weir_bt::wire::Handshake;
+use weir_core::bitfield::Bitfield;
+use weir_core::policy::NetPolicy;
+use weir_ed2k::Md4Hash;
+
+use super::*;
+
+fn meta(tag: u8) -> Arc<Metainfo> {
+    let data = vec![tag; 100_000];
+    Arc::new(Metainfo {
+        info_hash: [tag; 20],
+        info: Info {
+            name: format!("t{tag}"),
+            piece_length: 32_768,
+            pieces: data
+                .chunks(32_768)
+                .map(|c| Sha1::digest(c).into())
+                .collect(),
+            files: vec![FileEntry {
+                path: vec![format!("t{tag}")],
+                length: data.len() as u64,
+            }],
+            private: false,
+            single_file: true,
+        },
+        announce: None,
+        announce_list: vec![],
+        comment: None,
+        created_by: None,
+        creation_date: None,
+    })
+}
+
+fn session() -> Session {
+    let mut cfg = SessionConfig::new(
+        NetPolicy::loopback(),
+        *b"-WR0100-aaaaaaaaaaaa",
+        Md4Hash([1; 16]),
+    );
+    cfg.global.max_peers = 10;
+    cfg.global.max_half_open = 4;
+    cfg.global.max_handshakes = 3;
+    cfg.per_transfer.max_peers = 6;
+    cfg.per_transfer.max_half_open = 3;
+    Session::new(cfg)
+}
+
+fn add(s: &mut Session, tag: u8, now: Instant) -> TransferId {
+    let m = meta(tag);
+    let n = m.info.piece_count();
+    s.add_torrent(
+        AddTorrent {
+            meta: m,
+            had: Bitfield::new(n),
+            check: Bitfield::new(n),
+            peers: vec![],
+            paused: false,
+            seed: false,
+        },
+        now,
+    )
+    .unwrap()
+}
+
+fn dials(s: &mut Session) -> Vec<(ConnId, SocketAddr)> {
+    let mut out = Vec::new();
+    while let Some(ev) = s.poll_event() {
+        if let SessionEvent::Dial { conn, addr, .. } = ev {
+            out.push((conn, addr));
+        }
+    }
+    out
+}
+
+fn peer(i: u32) -> SocketAddr {
+    SocketAddr::from(([127, 0, (i >> 8) as u8, i as u8], 6881))
+}
+
+fn their_handshake(tag: u8, who: u8) -> Handshake {
+    Handshake::new([tag; 20], [who; 20])
+}
+
+#[test]
+fn a_flood_of_known_peers_is_dialled_within_the_half_open_and_peer_limits() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    let flood: Vec<SocketAddr> = (1..5000).map(peer).collect();
+    // One answer's worth is taken at most, of a huge one.
+    let taken = s.add_peers(a, Proto::Bt, &flood, Source::Tracker, now);
+    assert!(taken <= s.config().book.max_per_answer, "took {taken}");
+    s.add_peers(b, Proto::Bt, &flood[..50], Source::Tracker, now);
+    s.handle_timeout(now);
+    let first = dials(&mut s);
+    // Global half-open 4, each transfer at most 3.
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert_eq!(s.counts().dialing, 4);
+    // Nothing more while they are pending, however long we wait.
+    s.handle_timeout(now + Duration::from_secs(5));
+    assert!(dials(&mut s).is_empty());
+    // Each that connects frees a half-open slot; peers stop at 10 overall
+    // and 6 per transfer.
+    let mut t = now;
+    let mut connected = 0;
+    for round in 0..40u8 {
+        t += Duration::from_secs(1);
+        let pending: Vec<ConnId> = s
+            .conns
+            .iter()
+            .filter(|(_, c)| c.stage == crate::session::Stage::Dialing)
+            .map(|(k, _)| *k)
+            .collect();
+        for c in pending {
+            let tr = s.conns[&c].transfer.unwrap();
+            let tag = s.transfers[&tr].bt.as_ref().unwrap().meta.info_hash[0];
+            let r = s.established(
+                c,
+                Established::Bt {
+                    theirs: their_handshake(tag, round.wrapping_mul(7).wrapping_add(c as u8)),
+                    preamble_sent: false,
+                },
+                t,
+            );
+            if r.is_ok() {
+                connected += 1;
+            }
+        }
+        s.handle_timeout(t);
+        dials(&mut s);
+        assert!(s.counts().dialing <= 4);
+        assert!(s.counts().peers + s.counts().dialing <= 10);
+    }
+    // The torrents are still checking nothing, so every admitted one stuck.
+    assert_eq!(s.counts().peers, 10, "connected {connected}");
+    for id in [a, b] {
+        assert!(s.transfers[&id].counts.peers <= 6);
+    }
+}
+
+#[test]
+fn a_failing_peer_backs_off_exponentially() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    s.add_peers(a, Proto::Bt, &[peer(1)], Source::Manual, now);
+    s.handle_timeout(now);
+    let mut t = now;
+    let mut gaps = Vec::new();
+    let mut last = now;
+    for _ in 0..4 {
+        let d = loop {
+            let d = dials(&mut s);
+            if !d.is_empty() {
+                break d;
+            }
+            t += Duration::from_millis(100);
+            s.handle_timeout(t);
+            assert!(t - now < Duration::from_secs(120), "no redial");
+        };
+        gaps.push((t - last).as_secs_f64());
+        last = t;
+        s.dial_failed(d[0].0, "refused", t);
+    }
+    // 2 s, 4 s, 8 s after the first immediate dial (within one look).
+    assert!(gaps[0] < 0.6, "{gaps:?}");
+    for (i, g) in gaps[1..].iter().enumerate() {
+        let want = 2.0 * 2f64.powi(i as i32);
+        assert!(*g >= want && *g <= want + 0.7, "gap {i}: {gaps:?}");
+    }
+}
+
+#[test]
+fn a_banned_address_stays_banned_across_transfers_and_reconnects() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    let bad: IpAddr = "127.0.0.9".parse().unwrap();
+    dials(&mut s);
+    s.ban(bad, "test".into());
+    assert!(matches!(s.poll_event(), Some(SessionEvent::Banned { .. })));
+    let addr = SocketAddr::new(bad, 6881);
+    assert_eq!(s.add_peers(a, Proto::Bt, &[addr], Source::Tracker, now), 0);
+    assert_eq!(s.add_peers(b, Proto::Bt, &[addr], Source::Manual, now), 0);
+    assert_eq!(s.incoming(Proto::Bt, addr, now), Err(Refused::Banned));
+    assert_eq!(
+        s.incoming(Proto::Ed2k, SocketAddr::new(bad, 4662), now),
+        Err(Refused::Banned)
+    );
+    // A v4-mapped form of the same address is the same address.
+    let mapped = SocketAddr::new("::ffff:127.0.0.9".parse().unwrap(), 5000);
+    assert_eq!(s.incoming(Proto::Bt, mapped, now), Err(Refused::Banned));
+}
+
+#[test]
+fn incoming_connections_are_bounded_and_routed_by_info_hash() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    dials(&mut s);
+    // Outside the policy: refused before any handshake.
+    assert_eq!(
+        s.incoming(Proto::Bt, "10.0.0.1:5000".parse().unwrap(), now),
+        Err(Refused::Outside)
+    );
+    // Three handshakes at most; a fourth replaces the oldest.
+    let c: Vec<ConnId> = (0..3)
+        .map(|i| {
+            s.incoming(
+                Proto::Bt,
+                peer(100 + i),
+                now + Duration::from_millis(u64::from(i)),
+            )
+            .unwrap()
+        })
+        .collect();
+    let d = s
+        .incoming(Proto::Bt, peer(200), now + Duration::from_secs(1))
+        .unwrap();
+    let closed: Vec<ConnId> = std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SessionEvent::Close { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed, [c[0]]);
+    assert_eq!(s.counts().handshaking, 3);
+    // Routed by the handshake's info-hash: an unknown torrent is refused.
+    assert!(s.bt_route(&[9; 20]).is_none());
+    let ours = s.bt_route(&[1; 20]).expect("torrent 1 takes peers");
+    assert_eq!(ours.info_hash, [1; 20]);
+    assert_eq!(
+        s.established(
+            c[1],
+            Established::Bt {
+                theirs: their_handshake(9, 1),
+                preamble_sent: false
+            },
+            now
+        ),
+        Err(Refused::UnknownTorrent)
+    );
+    // Ourselves, and a second connection of one peer id, are refused.
+    let me = Handshake::new([1; 20], s.config().peer_id);
+    assert_eq!(
+        s.established(
+            c[2],
+            Established::Bt {
+                theirs: me,
+                preamble_sent: false
+            },
+            now
+        ),
+        Err(Refused::Ourselves)
+    );
+    assert!(
+        s.established(
+            d,
+            Established::Bt {
+                theirs: their_handshake(1, 5),
+                preamble_sent: false
+            },
+            now
+        )
+        .is_ok()
+    );
+    let e = s.incoming(Proto::Bt, peer(201), now).unwrap();
+    assert_eq!(
+        s.established(
+            e,
+            Established::Bt {
+                theirs: their_handshake(1, 5),
+                preamble_sent: false
+            },
+            now
+        ),
+        Err(Refused::Duplicate)
+    );
+    assert_eq!(s.transfers[&a].counts.peers, 1);
+    assert_eq!(s.counts().handshaking, 0);
+}
+
+#[test]
+fn a_paused_transfer_closes_its_peers_and_dials_nothing_until_resumed() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    s.add_peers(a, Proto::Bt, &[peer(1), peer(2)], Source::Manual, now);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.len(), 2);
+    s.established(
+        d[0].0,
+        Established::Bt {
+            theirs: their_handshake(1, 1),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    dials(&mut s);
+    s.pause(a, now);
+    let closes = std::iter::from_fn(|| s.poll_event())
+        .filter(|e| matches!(e, SessionEvent::Close { .. }))
+        .count();
+    assert_eq!(closes, 2, "the peer and the dial in progress");
+    assert_eq!(s.counts(), Default::default());
+    assert!(s.bt_route(&[1; 20]).is_none());
+    s.handle_timeout(now + Duration::from_secs(60));
+    assert!(dials(&mut s).is_empty());
+    s.resume(a, now + Duration::from_secs(60));
+    s.handle_timeout(now + Duration::from_secs(60));
+    assert_eq!(dials(&mut s).len(), 2);
+}

@@ -151,6 +151,7 @@ impl TorrentBuilder {
         b.files.push(FileEntry {
             path: vec![name.to_string()],
             length,
+            ed2k: None,
         });
         b
     }
@@ -174,7 +175,21 @@ impl TorrentBuilder {
 
     /// Adds a file (path components under the torrent's directory).
     pub fn add_file(&mut self, path: Vec<String>, length: u64) -> &mut Self {
-        self.files.push(FileEntry { path, length });
+        self.files.push(FileEntry {
+            path,
+            length,
+            ed2k: None,
+        });
+        self
+    }
+
+    /// Records each file's eD2k hash (BitComet's per-file `ed2k` key), in
+    /// file order, so the torrent also finds eD2k sources. Extra entries
+    /// are ignored.
+    pub fn ed2k_hashes(&mut self, hashes: &[[u8; 16]]) -> &mut Self {
+        for (f, h) in self.files.iter_mut().zip(hashes) {
+            f.ed2k = Some(*h);
+        }
         self
     }
 
@@ -273,6 +288,9 @@ impl TorrentBuilder {
         }
         if self.single_file {
             info.insert("length", OwnedValue::Int(total as i64));
+            if let Some(h) = self.files.first().and_then(|f| f.ed2k) {
+                info.insert("ed2k", OwnedValue::Bytes(h.to_vec()));
+            }
         } else {
             let files = self
                 .files
@@ -283,6 +301,9 @@ impl TorrentBuilder {
                         "path",
                         OwnedValue::List(f.path.iter().map(OwnedValue::bytes).collect()),
                     );
+                    if let Some(h) = f.ed2k {
+                        d.insert("ed2k", OwnedValue::Bytes(h.to_vec()));
+                    }
                     d
                 })
                 .collect();
@@ -428,5 +449,47 @@ mod tests {
             .add_file(vec!["x".into()], 1)
             .pieces(vec![[0; 20]]);
         assert!(matches!(dup.build(), Err(CreateError::Check(_))));
+    }
+}
+
+#[cfg(test)]
+mod ed2k_tests {
+    use super::*;
+
+    #[test]
+    fn per_file_ed2k_hashes_are_written_and_read_back() {
+        let mut b = TorrentBuilder::multi_file("dir", 16_384);
+        b.add_file(vec!["a".into()], 10_000)
+            .add_file(vec!["b".into()], 30_000);
+        let data = vec![7u8; 40_000];
+        b.pieces(hash_pieces(&data, 16_384));
+        let plain = b.build().unwrap();
+        assert!(plain.metainfo.info.files.iter().all(|f| f.ed2k.is_none()));
+        b.ed2k_hashes(&[[1; 16], [2; 16]]);
+        let c = b.build().unwrap();
+        let got: Vec<_> = c.metainfo.info.files.iter().map(|f| f.ed2k).collect();
+        assert_eq!(got, [Some([1; 16]), Some([2; 16])]);
+        // The hashes are part of the info dictionary: a different torrent.
+        assert_ne!(c.metainfo.info_hash, plain.metainfo.info_hash);
+
+        let mut s = TorrentBuilder::single_file("one", 40_000, 16_384);
+        s.pieces(hash_pieces(&data, 16_384)).ed2k_hashes(&[[3; 16]]);
+        let one = s.build().unwrap();
+        assert_eq!(one.metainfo.info.files[0].ed2k, Some([3; 16]));
+    }
+
+    #[test]
+    fn an_ed2k_key_of_the_wrong_length_is_ignored() {
+        let pieces = hash_pieces(&[0u8; 100], 16_384);
+        let mut info = OwnedValue::dict();
+        info.insert("ed2k", OwnedValue::Bytes(vec![1; 15]))
+            .insert("length", OwnedValue::Int(100))
+            .insert("name", OwnedValue::bytes("x"))
+            .insert("piece length", OwnedValue::Int(16_384))
+            .insert("pieces", OwnedValue::Bytes(pieces.concat()));
+        let mut top = OwnedValue::dict();
+        top.insert("info", info);
+        let m = Metainfo::from_bytes(&top.to_vec()).unwrap();
+        assert_eq!(m.info.files[0].ed2k, None);
     }
 }

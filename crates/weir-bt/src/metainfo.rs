@@ -82,6 +82,18 @@ pub struct FileEntry {
     pub path: Vec<String>,
     /// Length in bytes (may be 0).
     pub length: u64,
+    /// The file's eD2k hash (BitComet's per-file `ed2k` key, 16 bytes), so
+    /// the file can also be found on eD2k. A value of another length is
+    /// ignored.
+    pub ed2k: Option<[u8; 16]>,
+}
+
+/// The `ed2k` key of a file dictionary, when it holds 16 bytes.
+fn ed2k_key(d: &weir_bencode::Dict<'_>) -> Option<[u8; 16]> {
+    match d.get(b"ed2k") {
+        Some(Value::Bytes(b)) => (*b).try_into().ok(),
+        _ => None,
+    }
 }
 
 /// What is wrong with a torrent.
@@ -320,6 +332,7 @@ impl Info {
                     vec![FileEntry {
                         path: vec![name.clone()],
                         length,
+                        ed2k: ed2k_key(d),
                     }],
                     true,
                 )
@@ -417,7 +430,11 @@ fn parse_files(list: &[Value<'_>]) -> Result<Vec<FileEntry>> {
         if dirs.contains(&path) || !seen.insert(path.clone()) {
             return Err(MetainfoError::ConflictingPaths(whole));
         }
-        files.push(FileEntry { path, length });
+        files.push(FileEntry {
+            path,
+            length,
+            ed2k: ed2k_key(fd),
+        });
     }
     Ok(files)
 }

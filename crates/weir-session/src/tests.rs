@@ -28,6 +28,7 @@ fn meta(tag: u8) -> Arc<Metainfo> {
             files: vec![FileEntry {
                 path: vec![format!("t{tag}")],
                 length: data.len() as u64,
+                ed2k: None,
             }],
             private: false,
             single_file: true,

@@ -148,6 +148,7 @@ impl TorrentSpec {
                 files: vec![FileEntry {
                     path: vec![name.to_string()],
                     length: geo.total_len(),
+                    ed2k: None,
                 }],
                 private: false,
                 single_file: true,

@@ -28,6 +28,7 @@ fn meta(data: &[u8]) -> Metainfo {
             files: vec![FileEntry {
                 path: vec!["t".into()],
                 length: data.len() as u64,
+                ed2k: None,
             }],
             private: false,
             single_file: true,

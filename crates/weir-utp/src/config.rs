@@ -57,8 +57,8 @@ impl Default for Config {
         Self {
             packet_size: 1400,
             max_packet_size: 1400,
-            send_buffer: 8 << 20,
-            recv_buffer: 8 << 20,
+            send_buffer: 16 << 20,
+            recv_buffer: 16 << 20,
             target_delay: Duration::from_millis(100),
             initial_window: 10,
             min_rto: Duration::from_millis(500),

@@ -684,8 +684,13 @@ impl Conn {
 
     fn process_acks(&mut self, p: &Packet<'_>, newly: i32, now: Instant) {
         let h = &p.header;
-        let cwnd_limited =
-            self.cwnd_limited || self.bytes_in_flight + self.mtu.floor >= self.send_window();
+        // Limited by the window (so it may grow) unless the application
+        // left us short of data or the peer's window is the smaller one.
+        // Data waiting counts: what holds it back is the window or pacing.
+        let cwnd_limited = self.cc.window() <= self.peer_wnd
+            && (self.cwnd_limited
+                || self.send.unsent_bytes() > 0
+                || self.bytes_in_flight + self.mtu.floor >= self.send_window());
         let mut acked = 0usize;
         let mut rtt_at: Option<Instant> = None;
         if newly > 0 {

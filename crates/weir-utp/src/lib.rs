@@ -70,8 +70,8 @@
 //!   be at least `max_packet_size`. Setting `IP_MTU_DISCOVER` to
 //!   `IP_PMTUDISC_PROBE` keeps oversized probes from being fragmented.
 //! - Memory: per connection at most [`Config::send_buffer`] +
-//!   [`Config::recv_buffer`] of payload (8 + 8 MiB by default, enough for
-//!   50 MB/s at 150 ms); per endpoint at most [`Config::max_connections`]
+//!   [`Config::recv_buffer`] of payload (16 + 16 MiB by default: a window
+//!   for 50 MB/s at 150 ms plus LEDBAT's queuing target); per endpoint at most [`Config::max_connections`]
 //!   connections, of which at most [`Config::max_half_open`] unconfirmed.
 //!
 //! # Connection ids (BEP 29)

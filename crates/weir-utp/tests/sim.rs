@@ -158,14 +158,14 @@ fn ledbat_yields_to_a_tcp_flow_on_the_bottleneck() {
         shared / 10.0 * 100.0,
         reno.losses
     );
-    assert!(alone >= 8.5 && alone <= 10.1, "uTP alone: {alone:.2} MB/s");
+    assert!((8.5..=10.1).contains(&alone), "uTP alone: {alone:.2} MB/s");
     assert!(
         shared <= 2.0,
         "uTP does not yield: {shared:.2} MB/s next to Reno"
     );
     assert!(shared >= 0.01, "uTP starved to nothing: {shared:.3} MB/s");
     assert!(
-        reno_rate >= 7.0 && reno_rate <= 10.1,
+        (7.0..=10.1).contains(&reno_rate),
         "Reno gets {reno_rate:.2} MB/s"
     );
 }

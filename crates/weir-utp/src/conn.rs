@@ -778,10 +778,12 @@ impl Conn {
             && pseq == seq
         {
             self.mtu.probe = None;
-            if !lost && transmissions == 1 {
-                self.mtu.floor = size.max(self.mtu.floor);
+            if !lost && transmissions == 1 && size > self.mtu.floor {
+                self.mtu.floor = size;
                 self.cc.set_min(2 * self.mtu.floor);
                 self.stats.packet_size = self.mtu.floor;
+                // What is written but unsent goes out in the larger packets.
+                self.send.recut(self.mtu.floor - HEADER_LEN);
             }
         }
     }

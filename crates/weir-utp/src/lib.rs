@@ -66,7 +66,10 @@
 //!   [`Endpoint::set_max_packet_size`]; the connection then probes with
 //!   one padded packet at a time (binary search; a probe's padding is an
 //!   extension every receiver skips, so a lost probe is resent unpadded and
-//!   costs no data and no window cut). The receive buffer for datagrams must
+//!   costs no data and no window cut); when a probe passes, data written
+//!   but not yet sent is cut again into the larger packets. Lowering the
+//!   limit re-cuts unsent data too, but packets already in flight keep
+//!   their size: set the limit before writing. The receive buffer for datagrams must
 //!   be at least `max_packet_size`. Setting `IP_MTU_DISCOVER` to
 //!   `IP_PMTUDISC_PROBE` keeps oversized probes from being fragmented.
 //! - Memory: per connection at most [`Config::send_buffer`] +

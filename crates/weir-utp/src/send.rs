@@ -99,8 +99,8 @@ impl SendBuf {
         self.unsent.front().is_some_and(|b| b.len() == b.capacity())
     }
 
-    /// Cuts the unsent bytes again into packets of at most `payload_max`
-    /// (after the path limit went down).
+    /// Cuts the unsent bytes again into packets of `payload_max` (after the
+    /// packet size changed; one copy of what is unsent).
     pub(crate) fn recut(&mut self, payload_max: usize) {
         let old: Vec<BytesMut> = self.unsent.drain(..).collect();
         self.unsent_bytes = 0;

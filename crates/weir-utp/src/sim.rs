@@ -42,6 +42,8 @@ pub struct LinkSpec {
     pub reorder_delay: Duration,
     /// Probability that a datagram arrives twice.
     pub duplicate: f64,
+    /// Largest datagram the link carries; larger ones are dropped (0: any).
+    pub mtu: usize,
 }
 
 impl LinkSpec {
@@ -56,6 +58,7 @@ impl LinkSpec {
             reorder: 0.0,
             reorder_delay: Duration::ZERO,
             duplicate: 0.0,
+            mtu: 0,
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct LinkStats {
     pub lost: u64,
     /// Datagrams dropped by a full queue.
     pub dropped: u64,
+    /// Datagrams dropped for exceeding the link's MTU.
+    pub too_big: u64,
     /// Most bytes queued at once.
     pub max_queue: usize,
 }
@@ -87,6 +92,10 @@ impl Link {
     /// Queues `size` bytes at `now`; the arrival times (none if dropped,
     /// two if duplicated).
     fn send(&mut self, now: Duration, size: usize) -> (Option<Duration>, Option<Duration>) {
+        if self.spec.mtu > 0 && size > self.spec.mtu {
+            self.stats.too_big += 1;
+            return (None, None);
+        }
         if self.spec.loss > 0.0 && self.rng.f64() < self.spec.loss {
             self.stats.lost += 1;
             return (None, None);

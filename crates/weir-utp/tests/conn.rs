@@ -489,3 +489,45 @@ fn a_syn_flood_holds_bounded_memory_and_real_peers_get_in() {
     p.run_for(Duration::from_secs(11), &mut pass);
     assert_eq!(p.b.len(), 1, "only the real connection remains");
 }
+
+#[test]
+fn mtu_probing_finds_the_path_limit_and_never_exceeds_the_callers() {
+    // The caller allows 9000-byte datagrams; the path carries 4000.
+    let cfg = Config {
+        max_packet_size: 9000,
+        ..Config::default()
+    };
+    let mut link = LinkSpec::new(Duration::from_millis(5), 50_000_000, 64 << 20);
+    link.mtu = 4000;
+    let (app, mut sim) = bulk_over(cfg, link, 40 << 20, 60);
+    let st = sim.link_stats(0, 1);
+    assert_eq!(app.mismatch, None);
+    assert_eq!(app.received, 40 << 20);
+    let _ = sim.endpoint(0);
+    assert!(st.too_big >= 1, "no probe ever hit the limit: {st:?}");
+    assert!(st.too_big <= 12, "probing keeps hitting the limit: {st:?}");
+    assert_eq!(st.lost + st.dropped, 0);
+    // Mostly big packets: 40 MiB in far fewer datagrams than at 1400 bytes.
+    let at_1400 = (40u64 << 20) / 1380;
+    assert!(
+        st.delivered < at_1400 / 2,
+        "{} datagrams (1400-byte packets would take {at_1400})",
+        st.delivered
+    );
+    assert!(st.bytes / st.delivered.max(1) <= 4000);
+
+    // The caller's limit is never exceeded, even when the path would take more.
+    let cfg = Config {
+        max_packet_size: 3000,
+        ..Config::default()
+    };
+    let mut link = LinkSpec::new(Duration::from_millis(5), 50_000_000, 64 << 20);
+    link.mtu = 3000;
+    let (app, sim) = bulk_over(cfg, link, 20 << 20, 60);
+    assert_eq!(app.received, 20 << 20);
+    assert_eq!(
+        sim.link_stats(0, 1).too_big,
+        0,
+        "sent past the caller's 3000 bytes"
+    );
+}

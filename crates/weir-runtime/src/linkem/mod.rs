@@ -1,6 +1,8 @@
 //! The link emulator: a TCP proxy that makes a loopback connection behave
 //! like a link with a one-way delay, a rate cap, a bounded queue and
 //! injected faults, for real processes (`weir linkem`) or in-process tests.
+//! [`udp`] is its UDP mode (delay, rate, bottleneck queue, random loss per
+//! datagram), for uTP.
 //!
 //! For every accepted connection linkem dials the target and pumps each
 //! direction separately:
@@ -24,6 +26,7 @@
 mod faults;
 pub mod parse;
 mod pump;
+pub mod udp;
 
 use std::fmt;
 use std::io;
@@ -35,6 +38,7 @@ use tokio::net::{TcpListener, TcpStream};
 use weir_core::policy::NetPolicy;
 
 pub use faults::{Faults, corrupt_mask, random_offsets};
+pub use udp::{UdpLinkConfig, UdpStats, serve_udp, serve_udp_with};
 
 /// Largest read (and write) linkem makes.
 pub const CHUNK: usize = 256 * 1024;

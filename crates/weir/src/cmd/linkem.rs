@@ -2,6 +2,11 @@
 //! bounded queue, corruption, drops) between real programs. Prints
 //! `linkem listening on ADDR` on stdout when ready, then one summary line per
 //! closed connection on stderr. See `weir_runtime::linkem` for the semantics.
+//!
+//! With `--udp` it relays UDP datagrams instead (for uTP): one-way delay,
+//! rate with a bottleneck queue (tail drop), random loss (`--loss`, drawn
+//! with `--seed`); corruption and drop ranges are TCP-only. It prints
+//! `linkem listening on ADDR (udp)` and its counters every 10 s on stderr.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -61,6 +66,12 @@ struct LinkArgs {
     /// server), rev or both.
     #[arg(long, value_name = "DIR", default_value = "fwd")]
     direction: String,
+    /// Relay UDP datagrams (uTP) instead of TCP connections.
+    #[arg(long)]
+    udp: bool,
+    /// UDP mode: probability that a datagram is lost, each direction (e.g. 0.01).
+    #[arg(long, value_name = "P", requires = "udp")]
+    loss: Option<f64>,
 }
 
 fn bad(e: parse::ParseError) -> anyhow::Error {
@@ -116,9 +127,84 @@ fn config(a: &LinkArgs) -> anyhow::Result<LinkConfig> {
     })
 }
 
+/// Builds the UDP link configuration (`--udp`).
+fn udp_config(a: &LinkArgs) -> anyhow::Result<linkem::UdpLinkConfig> {
+    if a.corrupt_at.is_some() || a.corrupt_random.is_some() || a.drop_at.is_some() {
+        return Err(bad_input(
+            "--corrupt-at, --corrupt-random and --drop-at are for TCP; --udp has --loss",
+        ));
+    }
+    let delay = parse::duration(&a.delay).map_err(bad)?;
+    let rate = a
+        .rate
+        .as_deref()
+        .map(parse::rate)
+        .transpose()
+        .map_err(bad)?;
+    let queue = parse::size(&a.queue).map_err(bad)?;
+    if queue == 0 {
+        return Err(bad_input("--queue must be at least 1 byte"));
+    }
+    let loss = a.loss.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&loss) {
+        return Err(bad_input(format!("--loss {loss}: must be within 0..=1")));
+    }
+    Ok(linkem::UdpLinkConfig {
+        delay,
+        rate,
+        queue: usize::try_from(queue).map_err(|_| bad_input("--queue too large"))?,
+        loss,
+        seed: a.seed,
+    })
+}
+
+/// Runs the UDP mode until killed.
+fn run_udp(ctx: &Ctx, args: LinkArgs) -> anyhow::Result<ExitCode> {
+    let cfg = udp_config(&args)?;
+    if let Some(rate) = cfg.rate {
+        let bdp = rate as f64 * cfg.delay.as_secs_f64();
+        if bdp > 0.0 && (cfg.queue as f64) < bdp / 4.0 {
+            eprintln!(
+                "linkem: note: queue {} B holds {:.0} ms at the rate (a shallow bottleneck)",
+                cfg.queue,
+                cfg.queue as f64 / rate as f64 * 1e3
+            );
+        }
+    }
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async {
+        let l = weir_runtime::net::PolicedUdp::bind(&ctx.policy, args.listen).await?;
+        let addr = l.local_addr()?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "linkem listening on {addr} (udp)")?;
+            out.flush()?;
+        }
+        let stats = std::sync::Arc::new(linkem::UdpStats::default());
+        let s2 = stats.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                eprintln!("linkem udp: {s2}");
+            }
+        });
+        linkem::serve_udp_with(l, args.connect, cfg, ctx.policy.clone(), stats).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `weir linkem` until killed.
 pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let args = *args.link;
+    if args.udp {
+        if let Err(e) = ctx.policy.check(args.connect) {
+            return Err(bad_input(format!("--connect: {e}")));
+        }
+        return run_udp(ctx, args);
+    }
     let cfg = config(&args)?;
     if let Err(e) = ctx.policy.check(args.connect) {
         return Err(bad_input(format!("--connect: {e}")));
@@ -211,6 +297,57 @@ mod tests {
         assert_eq!(a.faults.corrupt_at.len(), 3);
         assert_eq!(a, b);
         assert!(a.faults.corrupt_at.iter().all(|&o| o < 1 << 20));
+    }
+
+    fn udp_cfg(args: &[&str]) -> anyhow::Result<linkem::UdpLinkConfig> {
+        let mut v = vec![
+            "t",
+            "--listen",
+            "127.0.0.1:0",
+            "--connect",
+            "127.0.0.1:9",
+            "--udp",
+        ];
+        v.extend_from_slice(args);
+        udp_config(&T::try_parse_from(v)?.a.link)
+    }
+
+    #[test]
+    fn udp_flags_build_the_udp_config() {
+        let c = udp_cfg(&[
+            "--delay", "75ms", "--rate", "50MB/s", "--queue", "16MiB", "--loss", "0.01", "--seed",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(c.delay, std::time::Duration::from_millis(75));
+        assert_eq!(c.rate, Some(50_000_000));
+        assert_eq!(c.queue, 16 << 20);
+        assert_eq!(c.loss, 0.01);
+        assert_eq!(c.seed, 3);
+        for bad in [
+            &["--loss", "1.5"][..],
+            &["--loss", "-0.1"],
+            &["--corrupt-at", "5"],
+            &["--drop-at", "1:2"],
+            &["--queue", "0"],
+        ] {
+            let e = udp_cfg(bad).unwrap_err();
+            assert!(
+                e.chain().any(|c| c.is::<crate::exit::BadInput>()) || e.is::<clap::Error>(),
+                "{bad:?}: {e}"
+            );
+        }
+        // --loss needs --udp.
+        let v = [
+            "t",
+            "--listen",
+            "127.0.0.1:0",
+            "--connect",
+            "127.0.0.1:9",
+            "--loss",
+            "0.1",
+        ];
+        assert!(T::try_parse_from(v).is_err());
     }
 
     #[test]

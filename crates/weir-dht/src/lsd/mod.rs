@@ -1,0 +1,1 @@
+//! Local Service Discovery (BEP 14).

@@ -324,15 +324,20 @@ impl Lookup {
         }
     }
 
-    /// A query failed (timeout or error answer).
+    /// A query failed (given up, timed out, or an error answer). Counted
+    /// once per candidate.
     pub(crate) fn on_failure(&mut self, key: &CandKey, timeout: bool) {
+        let Some(s) = self.state_mut(key) else {
+            return;
+        };
+        if matches!(s, State::Failed | State::Responded { .. }) {
+            return;
+        }
+        *s = State::Failed;
         if timeout {
             self.stats.timeouts += 1;
         } else {
             self.stats.errors += 1;
-        }
-        if let Some(s) = self.state_mut(key) {
-            *s = State::Failed;
         }
     }
 

@@ -440,14 +440,30 @@ impl RoutingTable {
         verified_only: bool,
         now: Instant,
     ) -> Vec<NodeInfo> {
+        self.closest_where(target, n, verified_only, now, |_| true)
+    }
+
+    /// [`RoutingTable::closest`] among the nodes `keep` accepts (an address
+    /// family, say).
+    pub fn closest_where(
+        &self,
+        target: &Id,
+        n: usize,
+        verified_only: bool,
+        now: Instant,
+        keep: impl Fn(&NodeInfo) -> bool,
+    ) -> Vec<NodeInfo> {
         let mut all: Vec<(Id, NodeInfo)> = self
             .nodes()
-            .filter(|x| x.liveness(now, &self.cfg) != Liveness::Bad)
             .filter(|x| !verified_only || x.last_response.is_some())
+            .filter(|x| keep(&x.info) && x.liveness(now, &self.cfg) != Liveness::Bad)
             .map(|x| (x.info.id.distance(target), x.info))
             .collect();
-        all.sort_unstable_by_key(|a| a.0);
+        if all.len() > n && n > 0 {
+            all.select_nth_unstable_by_key(n - 1, |a| a.0);
+        }
         all.truncate(n);
+        all.sort_unstable_by_key(|a| a.0);
         all.into_iter().map(|(_, i)| i).collect()
     }
 
@@ -470,6 +486,19 @@ impl RoutingTable {
                 b.last_changed = now;
                 out.push(self.our_id.random_with_prefix(i, rng));
             }
+        }
+        out
+    }
+
+    /// One random id in each bucket but the last (the one holding our id,
+    /// which a bootstrap has just covered): what a node looks up right
+    /// after joining, to fill its far buckets (Kademlia's join).
+    pub fn all_refresh_targets(&mut self, now: Instant, rng: &mut fastrand::Rng) -> Vec<Id> {
+        let last = self.buckets.len() - 1;
+        let mut out = Vec::with_capacity(last);
+        for (i, b) in self.buckets.iter_mut().enumerate().take(last) {
+            b.last_changed = now;
+            out.push(self.our_id.random_with_prefix(i, rng));
         }
         out
     }

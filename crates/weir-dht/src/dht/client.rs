@@ -26,7 +26,14 @@ impl Dht {
         // Only the address we asked may answer, and only after we asked.
         match self.txs.get(&tid) {
             Some(tx) if tx.addr == from && tx.sent.is_some() => {}
-            _ => {
+            other => {
+                if std::env::var("DHT_DEBUG").is_ok() {
+                    eprintln!(
+                        "unexpected tid {tid} from {from}: tx {:?} now {:?}",
+                        other.map(|t| (t.addr, t.sent.map(|s| now - s))),
+                        msg.body
+                    );
+                }
                 self.stats.unexpected += 1;
                 return;
             }
@@ -49,7 +56,7 @@ impl Dht {
         ip: Option<SocketAddr>,
         now: Instant,
     ) {
-        if let Some(sent) = tx.sent {
+        if let (Some(sent), false) = (tx.sent, tx.retried) {
             let rtt = now.saturating_duration_since(sent);
             self.srtt = Some(self.srtt.map_or(rtt, |s| (s * 7 + rtt) / 8));
         }
@@ -114,6 +121,19 @@ impl Dht {
         if let Purpose::Lookup { lookup, key, .. } = tx.purpose {
             if let Some(l) = self.lookups.get_mut(&lookup) {
                 l.on_slow(&key);
+            }
+            self.retransmit(tid);
+            self.drive_lookup(lookup, self.now);
+        }
+    }
+
+    pub(super) fn on_give_up(&mut self, tid: u16) {
+        let Some(tx) = self.txs.get(&tid) else {
+            return;
+        };
+        if let Purpose::Lookup { lookup, key, .. } = tx.purpose {
+            if let Some(l) = self.lookups.get_mut(&lookup) {
+                l.on_failure(&key, true);
             }
             self.drive_lookup(lookup, self.now);
         }
@@ -310,8 +330,27 @@ impl Dht {
                 self.events.push_back(Event::Bootstrapped {
                     nodes: self.table.len(),
                 });
+                // Fill the far buckets too, as Kademlia's join does.
+                self.refresh_queue = self.table.all_refresh_targets(now, &mut self.rng).into();
             }
             _ => {}
+        }
+        if !l.kind.is_user() {
+            self.start_queued_refreshes(now);
+        }
+    }
+
+    /// Starts queued bucket refreshes while internal lookup slots are free.
+    fn start_queued_refreshes(&mut self, now: Instant) {
+        loop {
+            let internal = self.lookups.values().filter(|l| !l.kind.is_user()).count();
+            if internal >= MAX_INTERNAL_LOOKUPS {
+                return;
+            }
+            let Some(t) = self.refresh_queue.pop_front() else {
+                return;
+            };
+            self.start_lookup(t, LookupKind::Refresh, now);
         }
     }
 
@@ -366,6 +405,7 @@ impl Dht {
         for n in self.table.to_ping(now, self.cfg.query_timeout) {
             self.send_ping(n.addr, Some(n.id), false);
         }
+        self.start_queued_refreshes(now);
         let internal = self.lookups.values().filter(|l| !l.kind.is_user()).count();
         let room = MAX_INTERNAL_LOOKUPS.saturating_sub(internal);
         if room > 0 && !self.table.is_empty() {

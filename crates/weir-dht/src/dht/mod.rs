@@ -43,8 +43,10 @@ pub struct Config {
     pub max_in_flight: usize,
     /// A query not answered by then has failed.
     pub query_timeout: Duration,
-    /// A query not answered by then is slow (stops counting against
-    /// `alpha`); the node uses `min(this, max(3 * smoothed RTT, 100 ms))`.
+    /// A lookup query not answered by then is slow: it stops counting
+    /// against `alpha` and is sent once more; after twice that its lookup
+    /// gives up on it (its answer is still taken until `query_timeout`).
+    /// The node uses `min(this, max(3 * smoothed RTT, 100 ms))`.
     pub slow_after: Duration,
     /// Outgoing queries per second (0: unlimited). Queries over the rate
     /// wait in a queue; answers to others are not limited.
@@ -238,11 +240,20 @@ struct Tx {
     purpose: Purpose,
     /// When it went out (`None` while it waits for the rate limit).
     sent: Option<Instant>,
+    /// Sent a second time (after it turned slow); its RTT is not measured.
+    retried: bool,
+    /// The datagram (kept for that one retransmission).
+    data: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
+    /// A lookup query is slow: another may go out, and it is sent again.
     Slow,
+    /// A lookup query is given up by its lookup (two slow periods): the
+    /// lookup moves on; the answer is still taken until the timeout.
+    GiveUp,
+    /// The query failed.
     Timeout,
 }
 
@@ -256,8 +267,9 @@ struct Announcing {
     acked: usize,
 }
 
-/// A DHT node (BEP 5), sans-IO.
-#[derive(Debug)]
+/// A DHT node (BEP 5), sans-IO. `Clone` copies the whole state (a
+/// simulation can fork a network).
+#[derive(Clone, Debug)]
 pub struct Dht {
     cfg: Config,
     id: Id,
@@ -267,8 +279,8 @@ pub struct Dht {
     store: PeerStore,
     tokens: Tokens,
     limiter: RateLimit,
-    /// Queries waiting for the rate limit: (tid, serial, bytes).
-    queue: VecDeque<(u16, u64, Vec<u8>)>,
+    /// Queries waiting for the rate limit: (tid, serial).
+    queue: VecDeque<(u16, u64)>,
     ready: VecDeque<(SocketAddr, Vec<u8>)>,
     txs: BTreeMap<u16, Tx>,
     timers: BTreeSet<(Instant, u64, u16, Timer)>,
@@ -279,6 +291,8 @@ pub struct Dht {
     events: VecDeque<Event>,
     next_maintenance: Instant,
     bootstrap_lookup: Option<LookupId>,
+    /// Buckets to refresh after a bootstrap, started a few at a time.
+    refresh_queue: VecDeque<Id>,
     next_bootstrap: Instant,
     bootstrap_backoff: Duration,
     verify_pings: usize,
@@ -315,6 +329,7 @@ impl Dht {
             events: VecDeque::new(),
             next_maintenance: now + MAINTENANCE_EVERY,
             bootstrap_lookup: None,
+            refresh_queue: VecDeque::new(),
             next_bootstrap: now,
             bootstrap_backoff: Duration::from_secs(5),
             verify_pings: 0,
@@ -380,6 +395,7 @@ impl Dht {
             }
             match kind {
                 Timer::Slow => self.on_slow(tid),
+                Timer::GiveUp => self.on_give_up(tid),
                 Timer::Timeout => self.on_tx_timeout(tid, now),
             }
         }
@@ -593,8 +609,7 @@ impl Dht {
 
     /// Moves queries the rate limit allows from the queue to `ready`.
     fn pump(&mut self, now: Instant) {
-        while let Some((tid, serial, _)) = self.queue.front() {
-            let (tid, serial) = (*tid, *serial);
+        while let Some(&(tid, serial)) = self.queue.front() {
             let live = match self.txs.get(&tid) {
                 Some(tx) if tx.serial == serial => match tx.purpose {
                     Purpose::Lookup { lookup, .. } => {
@@ -614,24 +629,39 @@ impl Dht {
             if !self.limiter.try_take(now) {
                 break;
             }
-            let Some((_, _, data)) = self.queue.pop_front() else {
-                break;
-            };
+            self.queue.pop_front();
             let slow = self.slow_after();
             let timeout = self.cfg.query_timeout;
             let Some(tx) = self.txs.get_mut(&tid) else {
                 continue;
             };
-            tx.sent = Some(now);
-            let addr = tx.addr;
-            if matches!(tx.purpose, Purpose::Lookup { .. }) {
-                self.timers.insert((now + slow, serial, tid, Timer::Slow));
+            if tx.sent.is_none() {
+                tx.sent = Some(now);
+                if matches!(tx.purpose, Purpose::Lookup { .. }) {
+                    self.timers.insert((now + slow, serial, tid, Timer::Slow));
+                    self.timers
+                        .insert((now + slow * 2, serial, tid, Timer::GiveUp));
+                }
+                self.timers
+                    .insert((now + timeout, serial, tid, Timer::Timeout));
             }
-            self.timers
-                .insert((now + timeout, serial, tid, Timer::Timeout));
             self.stats.queries_sent += 1;
-            self.ready.push_back((addr, data));
+            self.ready.push_back((tx.addr, tx.data.clone()));
         }
+    }
+
+    /// Sends a slow lookup query once more (a lost datagram then costs a
+    /// slow period, not a whole timeout). The timeout still counts from the
+    /// first send.
+    fn retransmit(&mut self, tid: u16) {
+        let Some(tx) = self.txs.get_mut(&tid) else {
+            return;
+        };
+        if tx.retried || self.queue.len() >= self.cfg.max_queued {
+            return;
+        }
+        tx.retried = true;
+        self.queue.push_back((tid, tx.serial));
     }
 
     fn slow_after(&self) -> Duration {
@@ -677,12 +707,14 @@ impl Dht {
                 expected,
                 purpose,
                 sent: None,
+                retried: false,
+                data: msg.to_vec(),
             },
         );
         if let Purpose::Ping { verify: true } = purpose {
             self.verify_pings += 1;
         }
-        self.queue.push_back((tid, serial, msg.to_vec()));
+        self.queue.push_back((tid, serial));
         Some(tid)
     }
 

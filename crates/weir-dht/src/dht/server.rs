@@ -1,7 +1,7 @@
 //! The server half: answering `ping`, `find_node`, `get_peers` and
 //! `announce_peer`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::{Dht, MAX_VERIFY_PINGS};
@@ -111,13 +111,9 @@ impl Dht {
         } else {
             (from.is_ipv4(), from.is_ipv6())
         };
-        let all = self.table.closest(target, usize::MAX, true, now);
         let pick = |is_v4: bool| -> Vec<NodeInfo> {
-            all.iter()
-                .filter(|n| matches!(n.addr.ip(), IpAddr::V4(_)) == is_v4)
-                .take(k)
-                .copied()
-                .collect()
+            self.table
+                .closest_where(target, k, true, now, |n| n.addr.is_ipv4() == is_v4)
         };
         (
             if v4 { pick(true) } else { Vec::new() },

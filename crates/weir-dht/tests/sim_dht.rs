@@ -53,6 +53,7 @@ fn run_lookups(
     mut pending: Vec<(usize, LookupId)>,
     limit: Duration,
 ) -> Vec<(usize, LookupId, Option<LookupStats>, BTreeSet<SocketAddr>)> {
+    let mut peak = (0usize, 0usize);
     let mut out: Vec<_> = pending
         .iter()
         .map(|&(n, l)| (n, l, None, BTreeSet::new()))
@@ -76,12 +77,25 @@ fn run_lookups(
                 _ => {}
             }
         }
+        // Memory while the lookups run (each node has one of them).
+        for &(n, _) in &pending {
+            let s = net.dht(n).stats();
+            peak.0 = peak.0.max(s.largest_lookup);
+            peak.1 = peak.1.max(s.transactions);
+        }
         if !stopped {
             break;
         }
     }
+    PEAK_CANDIDATES.fetch_max(peak.0, std::sync::atomic::Ordering::Relaxed);
+    PEAK_TRANSACTIONS.fetch_max(peak.1, std::sync::atomic::Ordering::Relaxed);
     out
 }
+
+/// Largest number of candidates one lookup held, and of transactions one
+/// node held, while lookups ran (over every test of this binary).
+static PEAK_CANDIDATES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PEAK_TRANSACTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Runs until each announce in `pending` reported `Announced`; returns how
 /// many nodes acknowledged each.
@@ -179,7 +193,7 @@ fn announce_then_find(
     pairs: usize,
     rng: &mut fastrand::Rng,
     avoid: &BTreeSet<usize>,
-) -> Vec<(bool, usize, Option<Duration>, Duration)> {
+) -> Vec<Found> {
     let honest: Vec<usize> = net
         .honest()
         .into_iter()
@@ -219,25 +233,45 @@ fn announce_then_find(
         .map(|((&(a, _, _, port), o), acked)| {
             let want = SocketAddr::new(net.nodes[a].addr.ip(), port);
             let stats = o.2.expect("lookup finishes");
-            (
-                o.3.contains(&want),
+            let fake = o.3.iter().filter(|p| is_fake(p)).count();
+            Found {
+                found: o.3.contains(&want),
                 acked,
-                stats.first_peer_after,
-                stats.elapsed,
-            )
+                first_peer: stats.first_peer_after,
+                elapsed: stats.elapsed,
+                fake,
+            }
         })
         .collect()
 }
 
-fn report(name: &str, r: &[(bool, usize, Option<Duration>, Duration)]) -> (usize, f64, f64, f64) {
-    let found = r.iter().filter(|x| x.0).count();
-    let acks: Vec<f64> = r.iter().map(|x| x.1 as f64).collect();
+/// What one announce-then-find gave.
+struct Found {
+    found: bool,
+    acked: usize,
+    first_peer: Option<Duration>,
+    elapsed: Duration,
+    /// Peers reported at the hostile nodes' made-up addresses.
+    fake: usize,
+}
+
+fn is_fake(p: &SocketAddr) -> bool {
+    matches!(p.ip(), std::net::IpAddr::V4(v4) if v4.octets()[..3] == [203, 0, 113])
+}
+
+fn report(name: &str, r: &[Found]) -> (usize, f64, f64, f64) {
+    let found = r.iter().filter(|x| x.found).count();
+    let acks: Vec<f64> = r.iter().map(|x| x.acked as f64).collect();
     let first: Vec<f64> = r
         .iter()
-        .filter_map(|x| x.2.map(|d| d.as_secs_f64()))
+        .filter_map(|x| x.first_peer.map(|d| d.as_secs_f64()))
         .collect();
-    let total: Vec<f64> = r.iter().map(|x| x.3.as_secs_f64()).collect();
-    println!("{name}: found {found}/{}", r.len());
+    let total: Vec<f64> = r.iter().map(|x| x.elapsed.as_secs_f64()).collect();
+    let fake: usize = r.iter().map(|x| x.fake).sum();
+    println!(
+        "{name}: found {found}/{}, fake peers reported alongside: {fake}",
+        r.len()
+    );
     let (ack_med, _) = summary(&format!("{name} announce acks"), &acks);
     let (first_med, _) = summary(&format!("{name} time to first peer s"), &first);
     let (_, total_p90) = summary(&format!("{name} get_peers time s"), &total);
@@ -254,7 +288,10 @@ fn announce_then_find_in_1000_nodes() {
     assert!((6.0..=8.0).contains(&ack_med), "acks {ack_med}");
     // Peers are reported before the lookup ends.
     assert!((0.05..=1.5).contains(&first_med), "first peer {first_med}");
-    let firsts_before_end = r.iter().filter(|x| x.2.is_some_and(|f| f < x.3)).count();
+    let firsts_before_end = r
+        .iter()
+        .filter(|x| x.first_peer.is_some_and(|f| f < x.elapsed))
+        .count();
     assert!(
         firsts_before_end >= 30,
         "{firsts_before_end}/40 streamed before the end"
@@ -322,4 +359,98 @@ fn churn_lookups_still_succeed() {
         (0.3..=8.0).contains(&total_p90),
         "get_peers p90 {total_p90}"
     );
+}
+
+const HOSTILE: [(Hostile, usize); 5] = [
+    (Hostile::Garbage, 40),
+    (Hostile::HugeNodes, 40),
+    (Hostile::Silent, 40),
+    (Hostile::Liar, 40),
+    (Hostile::FakePeers, 40),
+];
+
+/// Memory bounds that hold for every honest node whatever the hostile ones
+/// sent.
+fn assert_bounded(net: &mut Net, cfg: &Config) {
+    let mut worst = weir_dht::Stats::default();
+    for i in net.honest() {
+        let s = net.dht(i).stats();
+        worst.nodes = worst.nodes.max(s.nodes);
+        worst.replacements = worst.replacements.max(s.replacements);
+        worst.lookup_candidates = worst.lookup_candidates.max(s.lookup_candidates);
+        worst.transactions = worst.transactions.max(s.transactions);
+        worst.queued = worst.queued.max(s.queued);
+        worst.stored_peers = worst.stored_peers.max(s.stored_peers);
+        worst.malformed += s.malformed;
+    }
+    println!(
+        "worst honest node: {} nodes, {} replacements, {} lookup candidates, {} transactions, {} queued, {} stored peers; {} malformed datagrams in all",
+        worst.nodes,
+        worst.replacements,
+        worst.lookup_candidates,
+        worst.transactions,
+        worst.queued,
+        worst.stored_peers,
+        worst.malformed
+    );
+    assert!(worst.nodes <= 160 * cfg.table.k);
+    assert!(worst.replacements <= 160 * cfg.table.k);
+    assert!(worst.lookup_candidates <= (cfg.max_lookups + 4) * (cfg.max_candidates + 16));
+    assert!(worst.transactions <= cfg.max_queued + 100 * 4 + 32);
+    assert!(worst.queued <= cfg.max_queued);
+    assert!(worst.stored_peers <= cfg.store.max_total);
+    assert!(worst.malformed > 0, "the garbage reached the honest nodes");
+}
+
+fn hostile_run(enforce: bool, seed: u64) {
+    let cfg = Config {
+        enforce_node_id: enforce,
+        ..Config::default()
+    };
+    let mut net = settle_build(&HOSTILE, &cfg, seed);
+    let mut rng = fastrand::Rng::with_seed(seed + 100);
+    let r = announce_then_find(&mut net, 30, &mut rng, &BTreeSet::new());
+    let name = if enforce {
+        "hostile, BEP 42 enforced"
+    } else {
+        "hostile"
+    };
+    let (found, ack_med, _, total_p90) = report(name, &r);
+    assert_bounded(&mut net, &cfg);
+    let fake: usize = r.iter().map(|x| x.fake).sum();
+    assert!(fake > 0, "{name}: the fake peers reached the lookups");
+    let peak = PEAK_CANDIDATES.load(std::sync::atomic::Ordering::Relaxed);
+    let peak_tx = PEAK_TRANSACTIONS.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "{name}: peak candidates in one lookup {peak}, peak transactions on one node {peak_tx}"
+    );
+    assert!(
+        (8..=cfg.max_candidates + 16).contains(&peak),
+        "peak candidates {peak}"
+    );
+    assert!(
+        (1..=cfg.max_in_flight * 2 + 32).contains(&peak_tx),
+        "peak transactions {peak_tx}"
+    );
+    assert!(found >= 29, "{name}: found {found}/30");
+    assert!((4.0..=8.0).contains(&ack_med), "{name}: acks {ack_med}");
+    assert!(
+        (0.2..=8.0).contains(&total_p90),
+        "{name}: get_peers p90 {total_p90}"
+    );
+}
+
+/// 200 hostile nodes among 1,000 honest ones (garbage, huge node lists,
+/// silent, consistent liars about ids, fake peers): announced peers are
+/// still found, and memory stays within bounds.
+#[test]
+fn hostile_nodes_do_not_stop_lookups() {
+    hostile_run(false, 41);
+}
+
+/// The same with BEP 42 enforced (the liars' made-up ids are refused
+/// outright).
+#[test]
+fn hostile_nodes_with_bep42_enforced() {
+    hostile_run(true, 51);
 }

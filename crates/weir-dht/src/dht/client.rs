@@ -26,14 +26,7 @@ impl Dht {
         // Only the address we asked may answer, and only after we asked.
         match self.txs.get(&tid) {
             Some(tx) if tx.addr == from && tx.sent.is_some() => {}
-            other => {
-                if std::env::var("DHT_DEBUG").is_ok() {
-                    eprintln!(
-                        "unexpected tid {tid} from {from}: tx {:?} now {:?}",
-                        other.map(|t| (t.addr, t.sent.map(|s| now - s))),
-                        msg.body
-                    );
-                }
+            _ => {
                 self.stats.unexpected += 1;
                 return;
             }
@@ -377,14 +370,15 @@ impl Dht {
     }
 
     /// Starts a bootstrap (a lookup of our own id) when the table holds
-    /// fewer than `k` live nodes and the back-off allows (5 s, doubling to
-    /// 5 minutes while the table stays short).
-    pub(super) fn maybe_bootstrap(&mut self, now: Instant) {
+    /// fewer than `k` live nodes (or `force`: a table was just loaded) and
+    /// the back-off allows (5 s, doubling to 5 minutes while the table
+    /// stays short).
+    pub(super) fn maybe_bootstrap(&mut self, now: Instant, force: bool) {
         if self.bootstrap_lookup.is_some() || now < self.next_bootstrap {
             return;
         }
         let (good, questionable, _) = self.table.liveness_counts(now);
-        if good + questionable >= self.cfg.table.k {
+        if good + questionable >= self.cfg.table.k && !force {
             return;
         }
         if self.cfg.bootstrap.is_empty() && good + questionable == 0 {
@@ -416,6 +410,6 @@ impl Dht {
                 self.start_lookup(t, LookupKind::Refresh, now);
             }
         }
-        self.maybe_bootstrap(now);
+        self.maybe_bootstrap(now, false);
     }
 }

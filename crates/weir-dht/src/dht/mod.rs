@@ -189,6 +189,8 @@ pub struct Stats {
     pub lookups: usize,
     /// Candidates held by all lookups.
     pub lookup_candidates: usize,
+    /// Candidates held by the largest lookup.
+    pub largest_lookup: usize,
     /// Transactions waiting for an answer (or for the rate limit).
     pub transactions: usize,
     /// Queries waiting for the rate limit.
@@ -339,7 +341,7 @@ impl Dht {
             stats: Stats::default(),
             cfg,
         };
-        dht.maybe_bootstrap(now);
+        dht.maybe_bootstrap(now, false);
         dht.pump(now);
         dht
     }
@@ -560,7 +562,7 @@ impl Dht {
                 self.drive_lookup(id, self.now);
             } else {
                 self.next_bootstrap = self.now;
-                self.maybe_bootstrap(self.now);
+                self.maybe_bootstrap(self.now, true);
             }
         }
         self.pump(self.now);
@@ -577,6 +579,12 @@ impl Dht {
             buckets: self.table.bucket_count(),
             lookups: self.lookups.len(),
             lookup_candidates: self.lookups.values().map(Lookup::candidates).sum(),
+            largest_lookup: self
+                .lookups
+                .values()
+                .map(Lookup::candidates)
+                .max()
+                .unwrap_or(0),
             transactions: self.txs.len(),
             queued: self.queue.len(),
             ready: self.ready.len(),

@@ -26,8 +26,12 @@ pub enum Hostile {
     /// all at addresses where nobody listens.
     HugeNodes,
     /// Answers every `get_peers` with fake peers and claims, consistently,
-    /// that it and its colluders are the nodes closest to every id.
+    /// that it and its colluders are the nodes closest to every id (its
+    /// answers carry the claimed id).
     Liar,
+    /// Answers under its real id, every `get_peers` with 50 fake peers, and
+    /// names its colluders under ids next to every target.
+    FakePeers,
     /// Never answers.
     Silent,
 }
@@ -249,7 +253,7 @@ impl Net {
             role: Role::Hostile { kind, id },
             wake_at: None,
         });
-        if kind == Hostile::Liar {
+        if matches!(kind, Hostile::Liar | Hostile::FakePeers) {
             self.liars.push(i);
         }
         for &c in contacts {
@@ -459,7 +463,7 @@ impl Net {
                     ..Response::default()
                 }))
             }
-            Hostile::Liar => {
+            Hostile::Liar | Hostile::FakePeers => {
                 let target = match q {
                     Query::FindNode { target, .. } => *target,
                     Query::GetPeers { info_hash, .. } => *info_hash,
@@ -510,7 +514,11 @@ impl Net {
                     Vec::new()
                 };
                 Some(answer(Response {
-                    id: claim(me),
+                    id: if kind == Hostile::Liar {
+                        claim(me)
+                    } else {
+                        my_id
+                    },
                     nodes,
                     values,
                     token: Some(b"liar".to_vec()),

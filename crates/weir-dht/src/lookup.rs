@@ -377,10 +377,13 @@ impl Lookup {
                 // The seed is now a candidate with a known id.
                 let key = from.id.distance(&self.target);
                 self.queried.remove(a);
+                let kept = token.clone();
                 if !self.add_node(from, depth, State::Responded { token }) {
+                    // Already a candidate (a table node and a bootstrap
+                    // address at once): it has answered now.
                     if let Some(c) = self.cands.get_mut(&key) {
                         if c.info.addr == from.addr {
-                            c.state = State::Responded { token: None };
+                            c.state = State::Responded { token: kept };
                         }
                     }
                 }

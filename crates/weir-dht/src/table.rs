@@ -445,6 +445,11 @@ impl RoutingTable {
 
     /// [`RoutingTable::closest`] among the nodes `keep` accepts (an address
     /// family, say).
+    ///
+    /// Buckets are visited in order of distance to the target, so only a
+    /// few are read: with `i` the target's bucket, nodes of bucket `i`
+    /// share more than `i` bits with the target, nodes of the buckets after
+    /// it exactly `i`, nodes of a bucket `j < i` exactly `j`.
     pub fn closest_where(
         &self,
         target: &Id,
@@ -453,12 +458,31 @@ impl RoutingTable {
         now: Instant,
         keep: impl Fn(&NodeInfo) -> bool,
     ) -> Vec<NodeInfo> {
-        let mut all: Vec<(Id, NodeInfo)> = self
-            .nodes()
-            .filter(|x| !verified_only || x.last_response.is_some())
-            .filter(|x| keep(&x.info) && x.liveness(now, &self.cfg) != Liveness::Bad)
-            .map(|x| (x.info.id.distance(target), x.info))
-            .collect();
+        let last = self.buckets.len() - 1;
+        let i = self.our_id.common_prefix(target).min(last);
+        let mut all: Vec<(Id, NodeInfo)> = Vec::new();
+        let mut take = |b: &Bucket, all: &mut Vec<(Id, NodeInfo)>| {
+            for x in &b.nodes {
+                if (!verified_only || x.last_response.is_some())
+                    && keep(&x.info)
+                    && x.liveness(now, &self.cfg) != Liveness::Bad
+                {
+                    all.push((x.info.id.distance(target), x.info));
+                }
+            }
+        };
+        take(&self.buckets[i], &mut all);
+        if all.len() < n {
+            for b in &self.buckets[i + 1..] {
+                take(b, &mut all);
+            }
+        }
+        for j in (0..i).rev() {
+            if all.len() >= n {
+                break;
+            }
+            take(&self.buckets[j], &mut all);
+        }
         if all.len() > n && n > 0 {
             all.select_nth_unstable_by_key(n - 1, |a| a.0);
         }

@@ -222,3 +222,36 @@ fn refresh_targets_fall_in_stale_buckets() {
             .is_empty()
     );
 }
+
+/// The bucket walk of `closest` gives what sorting every node gives.
+#[test]
+fn closest_matches_a_full_sort() {
+    let t0 = Instant::now(); // test-epoch
+    let mut rng = fastrand::Rng::with_seed(12);
+    let me = Id::random(&mut rng);
+    let mut t = RoutingTable::new(me, TableConfig::default(), t0);
+    for i in 0..3000 {
+        let id = if i % 3 == 0 {
+            me.random_with_prefix(rng.usize(0..40), &mut rng)
+        } else {
+            Id::random(&mut rng)
+        };
+        t.heard_response(NodeInfo { id, addr: addr(i) }, t0);
+    }
+    for k in 0..300 {
+        let target = if k % 2 == 0 {
+            Id::random(&mut rng)
+        } else {
+            me.random_with_prefix(rng.usize(0..30), &mut rng)
+        };
+        let n = [1, 8, 16, 200][k % 4];
+        let mut all: Vec<NodeInfo> = t.nodes().map(|x| x.info).collect();
+        all.sort_by_key(|x| x.id.distance(&target));
+        all.truncate(n);
+        assert_eq!(
+            t.closest(&target, n, true, t0),
+            all,
+            "target {target} n {n}"
+        );
+    }
+}

@@ -30,7 +30,7 @@ use crate::id::InfoHash;
 /// The IPv4 LSD group, 239.192.152.143:6771.
 pub const GROUP_V4: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(239, 192, 152, 143)), 6771);
-/// The IPv6 LSD group, [ff15::efc0:988f]:6771.
+/// The IPv6 LSD group, `[ff15::efc0:988f]:6771`.
 pub const GROUP_V6: SocketAddr = SocketAddr::new(
     IpAddr::V6(Ipv6Addr::new(0xff15, 0, 0, 0, 0, 0, 0xefc0, 0x988f)),
     6771,

@@ -461,7 +461,7 @@ impl RoutingTable {
         let last = self.buckets.len() - 1;
         let i = self.our_id.common_prefix(target).min(last);
         let mut all: Vec<(Id, NodeInfo)> = Vec::new();
-        let mut take = |b: &Bucket, all: &mut Vec<(Id, NodeInfo)>| {
+        let take = |b: &Bucket, all: &mut Vec<(Id, NodeInfo)>| {
             for x in &b.nodes {
                 if (!verified_only || x.last_response.is_some())
                     && keep(&x.info)

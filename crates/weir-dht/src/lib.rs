@@ -49,7 +49,7 @@
 //! let saved = SavedTable::decode(&blob_from_state_dir).ok();  // absent or bad: start cold
 //! let id = saved.as_ref().map_or_else(|| random_id(), |s| s.id);
 //! let cfg = Config { bootstrap: resolved --dht-bootstrap addresses, ..Config::default() };
-//! let mut dht = Dht::new(cfg, id, seed_from_os, Instant::now());
+//! let mut dht = Dht::new(cfg, id, seed_from_os, now);
 //! if let Some(s) = &saved { dht.load_table(s, now); }
 //! loop {
 //!     // 1. one input:

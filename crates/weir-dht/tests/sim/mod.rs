@@ -446,22 +446,21 @@ impl Net {
                 }
             }
             Hostile::HugeNodes => {
-                let count = if self.rng.bool() { 500 } else { 10_000 };
-                let nodes = (0..count)
-                    .map(|_| NodeInfo {
-                        id: Id::random(&mut self.rng),
-                        addr: SocketAddr::new(
-                            IpAddr::V4(Ipv4Addr::new(203, 0, 113, self.rng.u8(..))),
-                            self.rng.u16(1..),
-                        ),
-                    })
-                    .collect();
-                Some(answer(Response {
-                    id: my_id,
-                    nodes,
-                    token: Some(b"tok".to_vec()),
-                    ..Response::default()
-                }))
+                let all = huge_nodes();
+                if self.rng.bool() {
+                    // 500 nodes (fits the datagram bound, truncated to 32).
+                    let off = self.rng.usize(..all.len() - 500);
+                    Some(answer(Response {
+                        id: my_id,
+                        nodes: all[off..off + 500].to_vec(),
+                        token: Some(b"tok".to_vec()),
+                        ..Response::default()
+                    }))
+                } else {
+                    // 10,000 nodes: 260 KB, refused by size. Encoded once,
+                    // the transaction id patched in.
+                    Some(huge_answer(&msg.transaction))
+                }
             }
             Hostile::Liar | Hostile::FakePeers => {
                 let target = match q {
@@ -543,6 +542,51 @@ impl Net {
             .filter(|&i| self.is_honest(i))
             .collect()
     }
+}
+
+/// 10,000 made-up nodes at addresses where nobody listens.
+fn huge_nodes() -> &'static [NodeInfo] {
+    static NODES: std::sync::OnceLock<Vec<NodeInfo>> = std::sync::OnceLock::new();
+    NODES.get_or_init(|| {
+        let mut rng = fastrand::Rng::with_seed(77);
+        (0..10_000)
+            .map(|_| NodeInfo {
+                id: Id::random(&mut rng),
+                addr: SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::new(203, 0, 113, rng.u8(..))),
+                    rng.u16(1..),
+                ),
+            })
+            .collect()
+    })
+}
+
+/// An answer listing all of [`huge_nodes`] under transaction id `t`.
+fn huge_answer(t: &[u8]) -> Vec<u8> {
+    static MSG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let msg = |t: &[u8]| {
+        Message {
+            transaction: t.to_vec(),
+            version: None,
+            read_only: false,
+            ip: None,
+            body: Body::Response(Response {
+                id: Id([0xee; 20]),
+                nodes: huge_nodes().to_vec(),
+                ..Response::default()
+            }),
+        }
+        .to_vec()
+    };
+    if t.len() != 2 {
+        return msg(t);
+    }
+    let mut out = MSG.get_or_init(|| msg(b"\x00\x00")).clone();
+    // The message ends "1:t2:XX1:y1:re": XX is 9 bytes before the end.
+    let at = out.len() - 9;
+    assert_eq!(&out[at - 5..], b"1:t2:\x00\x001:y1:re");
+    out[at..at + 2].copy_from_slice(t);
+    out
 }
 
 /// Builds `n` honest nodes joining one after another every `join_every`,

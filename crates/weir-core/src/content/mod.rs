@@ -240,6 +240,21 @@ impl Content {
         c
     }
 
+    /// An empty content that holds nothing and asks for nothing: what a
+    /// holder keeps while its real content is lent out (see the eD2k
+    /// core's attached files). Costs no allocation.
+    pub fn placeholder() -> Self {
+        let geo = Geometry::new(0, 1, 1).expect("a valid empty geometry");
+        let mut c = Self::new(
+            geo,
+            ContentConfig::default(),
+            &Bitfield::new(0),
+            &Bitfield::new(0),
+        );
+        c.events.clear();
+        c
+    }
+
     /// The primary grid.
     pub fn geometry(&self) -> &Geometry {
         &self.geo

@@ -50,7 +50,10 @@ pub(super) enum DownState {
 /// or not yet, and the data received for it so far.
 #[derive(Debug)]
 pub(super) struct Pending {
-    pub(super) span: BlockSpan,
+    /// The content's blocks this range covers, in order and contiguous:
+    /// one 180 KiB block of an eD2k file, or several smaller ones of an
+    /// attached file (a torrent's 16 KiB blocks, asked as one range).
+    pub(super) spans: Vec<BlockSpan>,
     /// Absolute `[start, end)` in the file.
     pub(super) start: u64,
     pub(super) end: u64,

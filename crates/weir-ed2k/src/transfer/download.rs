@@ -155,7 +155,7 @@ impl Client {
 
     fn set_has(&mut self, conn: ConnId, file: FileId, s: &PartStatus) -> Result<(), String> {
         let f = &mut self.files[file as usize];
-        let bits = f.status_bits(s).ok_or_else(|| {
+        let bits = f.status_bits(s).map(|b| f.to_primary(b)).ok_or_else(|| {
             format!(
                 "part status of {} parts for a file of {}",
                 s.count,
@@ -224,12 +224,21 @@ impl Client {
     pub(super) fn digests_known(&mut self, file: FileId) {
         self.events.push_back(Event::DigestsKnown { file });
         let f = &mut self.files[file as usize];
+        if f.shared.is_some() {
+            // The content's owner checks the data, and the parts once
+            // told the hashes (see `Client::digests`).
+            return;
+        }
         let check = std::mem::replace(&mut f.to_check, Bitfield::new(f.geo.piece_count()));
         f.content.start_check(&check);
     }
 
     /// Handles what a file's content asked for or reported.
     pub(super) fn pump(&mut self, file: FileId) {
+        if self.files[file as usize].shared.is_some() {
+            // A lent content's events are its owner's to handle.
+            return;
+        }
         let mut touched = false;
         while let Some(ev) = self.files[file as usize].content.poll_event() {
             touched = true;
@@ -309,8 +318,7 @@ impl Client {
         let c = self.conns.get_mut(&conn).expect("checked");
         let d = c.down.as_mut().expect("checked");
         if d.has.is_none() {
-            let n = f.geo.piece_count();
-            d.has = Some(Bitfield::full(n));
+            d.has = Some(f.all_primary());
             self.files[file as usize].content.peer_joined(PeerHas::All);
         }
         match state {
@@ -373,7 +381,9 @@ impl Client {
         }
         let f = &mut self.files[file as usize];
         for p in pending {
-            f.content.release(conn, p.span.piece, p.span.begin);
+            for sp in &p.spans {
+                f.content.release(conn, sp.piece, sp.begin);
+            }
         }
         self.kick_file(file, now);
     }
@@ -382,7 +392,9 @@ impl Client {
     pub(super) fn drop_down(&mut self, conn: ConnId, d: super::conn::Down, now: Instant) {
         let f = &mut self.files[d.file as usize];
         for p in &d.pending {
-            f.content.release(conn, p.span.piece, p.span.begin);
+            for sp in &p.spans {
+                f.content.release(conn, sp.piece, sp.begin);
+            }
         }
         if let Some(h) = &d.has {
             f.content.peer_left(has_of(h));
@@ -436,7 +448,9 @@ impl Client {
             }
             // A new session: the uploader forgets what it served.
             for p in d.pending.drain(..) {
-                f.content.release(conn, p.span.piece, p.span.begin);
+                for sp in &p.spans {
+                    f.content.release(conn, sp.piece, sp.begin);
+                }
             }
             d.restart = false;
             d.session.clear();
@@ -457,15 +471,26 @@ impl Client {
                 let mut spans: Vec<BlockSpan> = Vec::with_capacity(n);
                 f.content.pick(conn, has, n, &mut spans);
                 for s in spans {
-                    let start = f.geo.piece_offset(s.piece) + u64::from(s.begin);
+                    let start = f.file_offset(&s);
                     if d.session.contains(&start) {
                         // Served once in this session already.
                         f.content.release(conn, s.piece, s.begin);
                         d.restart = true;
                         continue;
                     }
+                    // Small blocks (an attached file's) that follow each
+                    // other go in one range, up to an eD2k block.
+                    if let Some(last) = d.pending.back_mut()
+                        && !last.asked
+                        && last.end == start
+                        && last.end - last.start + u64::from(s.len) <= crate::EMBLOCKSIZE
+                    {
+                        last.spans.push(s);
+                        last.end += u64::from(s.len);
+                        continue;
+                    }
                     d.pending.push_back(Pending {
-                        span: s,
+                        spans: vec![s],
                         start,
                         end: start + u64::from(s.len),
                         asked: false,
@@ -636,22 +661,39 @@ impl Client {
         };
         let d = c.down.as_mut().expect("caller checked");
         let file = d.file;
-        let len = p.span.len;
+        let len = (p.end - p.start) as u32;
         d.pipeline
             .on_block(now, now.saturating_duration_since(p.sent_at), len);
         let f = &mut self.files[file as usize];
-        match f.content.received(from, p.span, p.data) {
-            Accepted::New { cancel } => {
-                for other in cancel {
-                    // An endgame duplicate asked of another source: forget
-                    // it there (eD2k has no cancel for one block).
-                    if let Some(d) = self.conns.get_mut(&other).and_then(|c| c.down.as_mut()) {
-                        d.pending.retain(|q| q.span != p.span);
-                    }
-                }
+        let mut wasted = 0u64;
+        let mut cancels: Vec<(ConnId, BlockSpan)> = Vec::new();
+        let mut rest = p.data;
+        for (i, sp) in p.spans.iter().enumerate() {
+            let chunks = if i + 1 == p.spans.len() {
+                std::mem::take(&mut rest)
+            } else {
+                split_chunks(&mut rest, sp.len as usize)
+            };
+            match f.content.received(from, *sp, chunks) {
+                Accepted::New { cancel } => cancels.extend(cancel.into_iter().map(|o| (o, *sp))),
+                Accepted::Duplicate | Accepted::Unexpected => wasted += u64::from(sp.len),
             }
-            Accepted::Duplicate | Accepted::Unexpected => {
-                self.stats.wasted += u64::from(len);
+        }
+        self.stats.wasted += wasted;
+        for (other, sp) in cancels {
+            // An endgame duplicate asked of another source: forget it
+            // there (eD2k has no cancel for one block); the rest of a
+            // range that held it goes back to the picker.
+            let Some(d) = self.conns.get_mut(&other).and_then(|c| c.down.as_mut()) else {
+                continue;
+            };
+            let Some(i) = d.pending.iter().position(|q| q.spans.contains(&sp)) else {
+                continue;
+            };
+            let q = d.pending.remove(i).expect("index valid");
+            let f = &mut self.files[file as usize];
+            for o in q.spans.iter().filter(|o| **o != sp) {
+                f.content.release(other, o.piece, o.begin);
             }
         }
         self.send_block_requests(conn, now);
@@ -706,4 +748,21 @@ fn has_of(b: &Bitfield) -> PeerHas<'_> {
     } else {
         PeerHas::Some(b)
     }
+}
+
+/// Takes the first `n` bytes off `chunks` (shared slices, no copy).
+fn split_chunks(chunks: &mut Vec<Bytes>, n: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut want = n;
+    while want > 0 && !chunks.is_empty() {
+        let first = &mut chunks[0];
+        if first.len() <= want {
+            want -= first.len();
+            out.push(chunks.remove(0));
+        } else {
+            out.push(first.split_to(want));
+            want = 0;
+        }
+    }
+    out
 }

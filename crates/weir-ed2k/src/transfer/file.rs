@@ -8,10 +8,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
 use weir_core::content::assembly::Contribution;
-use weir_core::content::{Content, ContentConfig, FailPolicy};
-use weir_core::geometry::Geometry;
+use weir_core::content::grid::{UnitGrid, pieces_covered};
+use weir_core::content::{Content, ContentConfig, FailPolicy, SchemeId};
+use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::picker::Order;
-use weir_core::storage::Digest;
+use weir_core::storage::{Digest, StorageOp};
 
 use super::ConnId;
 use crate::client::PartStatus;
@@ -37,14 +38,29 @@ pub(super) struct Recovery {
     pub(super) abandoned: bool,
 }
 
+/// Where an attached file's bytes and parts sit in the content it shares.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Shared {
+    /// The file's parts, in the content's byte coordinates.
+    pub(super) grid: UnitGrid,
+    /// The content's scheme that checks the parts (MD4).
+    pub(super) scheme: SchemeId,
+}
+
 #[derive(Debug)]
 pub(super) struct FileState {
     pub(super) hash: Md4Hash,
     pub(super) size: u64,
     pub(super) name: String,
     pub(super) geo: Geometry,
-    /// Parts had, blocks asked, assembly, checks: the shared content.
+    /// Parts had, blocks asked, assembly, checks: the shared content. For
+    /// an attached file ([`FileState::shared`]) it is another network's
+    /// content, lent for the length of each call (a placeholder between).
     pub(super) content: Content,
+    /// The file is part of another transfer's content (one file of a
+    /// torrent): its bytes sit at `grid` in that content, its parts are
+    /// that content's secondary scheme `scheme`.
+    pub(super) shared: Option<Shared>,
     /// The wire hashset (empty for a file below one part), once known.
     pub(super) hashset: Option<Vec<Md4Hash>>,
     /// The whole AICH tree (files we hashed ourselves).
@@ -103,6 +119,7 @@ impl FileState {
             name,
             geo,
             content,
+            shared: None,
             hashset,
             aich_tree: None,
             aich_master: None,
@@ -131,12 +148,65 @@ impl FileState {
 
     /// Whether every part is verified.
     pub(super) fn is_complete(&self) -> bool {
-        self.content.is_complete() && self.to_check.count() == 0
+        match &self.shared {
+            Some(_) => self.parts_had().is_full(),
+            None => self.content.is_complete() && self.to_check.count() == 0,
+        }
     }
 
     /// Whether the start-up check is running.
     pub(super) fn is_checking(&self) -> bool {
-        self.content.is_checking() || self.to_check.count() > 0
+        match &self.shared {
+            // The content's owner checks its data.
+            Some(_) => false,
+            None => self.content.is_checking() || self.to_check.count() > 0,
+        }
+    }
+
+    /// The parts verified (by MD4, for an attached file).
+    pub(super) fn parts_had(&self) -> Bitfield {
+        match &self.shared {
+            Some(sh) => self
+                .content
+                .scheme_verified(sh.scheme)
+                .cloned()
+                .unwrap_or_else(|| Bitfield::new(self.geo.piece_count())),
+            None => self.content.had().clone(),
+        }
+    }
+
+    /// What a peer with these parts can send us, in the content's pieces.
+    pub(super) fn to_primary(&self, parts: Bitfield) -> Bitfield {
+        match &self.shared {
+            Some(sh) => pieces_covered(self.content.geometry(), &sh.grid, &parts),
+            None => parts,
+        }
+    }
+
+    /// What a peer with every part can send us, in the content's pieces.
+    pub(super) fn all_primary(&self) -> Bitfield {
+        self.to_primary(Bitfield::full(self.geo.piece_count()))
+    }
+
+    /// The file offset of a block the content picked.
+    pub(super) fn file_offset(&self, s: &BlockSpan) -> u64 {
+        let at = self.content.geometry().piece_offset(s.piece) + u64::from(s.begin);
+        at - self.shared.map_or(0, |sh| sh.grid.offset)
+    }
+
+    /// A storage read of `len` bytes at file offset `start`, addressed in
+    /// the content's pieces.
+    pub(super) fn read_op(&self, id: u64, start: u64, len: u32) -> StorageOp {
+        let at = start + self.shared.map_or(0, |sh| sh.grid.offset);
+        let geo = self.content.geometry();
+        let pl = u64::from(geo.piece_len().max(1));
+        let (piece, begin) = ((at / pl) as u32, (at % pl) as u32);
+        StorageOp::Read {
+            id,
+            piece,
+            begin,
+            len,
+        }
     }
 
     /// The part status we announce.
@@ -144,7 +214,7 @@ impl FileState {
         if self.is_complete() {
             return PartStatus::complete();
         }
-        let had = self.content.had();
+        let had = self.parts_had();
         PartStatus::from_fn(crate::ed2k_part_count(self.size) as u16, |i| {
             had.get(i as u32)
         })
@@ -156,13 +226,13 @@ impl FileState {
             return false;
         }
         let pl = u64::from(self.geo.piece_len());
-        let had = self.content.had();
+        let had = self.parts_had();
         (start / pl..=(end - 1) / pl).all(|p| had.get(p as u32))
     }
 
     /// Whether we can serve anything of it.
     pub(super) fn shareable(&self) -> bool {
-        self.content.had().count() > 0
+        self.parts_had().count() > 0
     }
 
     /// Reads a peer's part status as a bitfield over the data parts

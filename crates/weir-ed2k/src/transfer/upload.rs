@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use weir_core::storage::StorageOp;
 
 use super::conn::Slot;
 use super::{Client, ConnId, Event, FileId};
@@ -285,8 +284,6 @@ impl Client {
         let Some(file) = c.up.file.filter(|_| c.up.slot == Slot::Active) else {
             return;
         };
-        let geo = self.files[file as usize].geo;
-        let pl = u64::from(geo.piece_len());
         while c.up.in_flight < watermark {
             let Some(first) = c.up.requests.pop_front() else {
                 break;
@@ -313,15 +310,8 @@ impl Client {
                     ranges,
                 },
             );
-            self.events.push_back(Event::Storage {
-                file,
-                op: StorageOp::Read {
-                    id,
-                    piece: (first.0 / pl) as u32,
-                    begin: (first.0 % pl) as u32,
-                    len: (end - first.0) as u32,
-                },
-            });
+            let op = self.files[file as usize].read_op(id, first.0, (end - first.0) as u32);
+            self.events.push_back(Event::Storage { file, op });
         }
     }
 

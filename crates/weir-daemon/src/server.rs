@@ -146,18 +146,32 @@ pub struct RpcServer<B> {
 impl<B: Backend> RpcServer<B> {
     /// Binds `cfg.addr`. Refuses a non-loopback address without credentials.
     pub async fn bind(cfg: RpcConfig, backend: Arc<B>) -> Result<Self, ServerError> {
-        if !cfg.addr.ip().is_loopback() && cfg.credentials.is_none() {
-            return Err(ServerError::AuthRequired(cfg.addr));
-        }
-        if cfg.credentials.as_ref().is_some_and(|c| c.user.is_empty()) {
-            return Err(ServerError::EmptyUser);
-        }
+        check(&cfg)?;
         let listener = weir_runtime::net::listen_tcp(cfg.addr)
             .await
             .map_err(|source| ServerError::Bind {
                 addr: cfg.addr,
                 source,
             })?;
+        Self::serve_on(listener, cfg, backend)
+    }
+
+    /// Serves on a listener bound elsewhere (e.g. inside a network
+    /// namespace); `cfg.addr` is replaced by its address. Must be called
+    /// inside a tokio runtime.
+    pub fn from_listener(
+        listener: std::net::TcpListener,
+        mut cfg: RpcConfig,
+        backend: Arc<B>,
+    ) -> Result<Self, ServerError> {
+        cfg.addr = listener.local_addr().map_err(ServerError::Serve)?;
+        check(&cfg)?;
+        listener.set_nonblocking(true).map_err(ServerError::Serve)?;
+        let listener = TcpListener::from_std(listener).map_err(ServerError::Serve)?;
+        Self::serve_on(listener, cfg, backend)
+    }
+
+    fn serve_on(listener: TcpListener, cfg: RpcConfig, backend: Arc<B>) -> Result<Self, ServerError> {
         let local = listener.local_addr().map_err(ServerError::Serve)?;
         let auth = cfg.credentials.as_ref().map(|c| {
             let enc = base64::engine::general_purpose::STANDARD
@@ -222,6 +236,16 @@ impl<B: Backend> RpcServer<B> {
             task,
         }
     }
+}
+
+fn check(cfg: &RpcConfig) -> Result<(), ServerError> {
+    if !cfg.addr.ip().is_loopback() && cfg.credentials.is_none() {
+        return Err(ServerError::AuthRequired(cfg.addr));
+    }
+    if cfg.credentials.as_ref().is_some_and(|c| c.user.is_empty()) {
+        return Err(ServerError::EmptyUser);
+    }
+    Ok(())
 }
 
 /// A server running on a task; dropping it stops the server.

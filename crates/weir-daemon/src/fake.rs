@@ -472,12 +472,16 @@ fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
     v.comment = Arc::from(m.comment.clone().unwrap_or_default().as_str());
     v.creator = Arc::from(m.created_by.clone().unwrap_or_default().as_str());
     v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
-    let mut link = format!("magnet:?xt=urn:btih:{}&dn={}", hash.to_hex(), m.info.name);
+    let mut link = format!(
+        "magnet:?xt=urn:btih:{}&dn={}",
+        hash.to_hex(),
+        percent_encode(&m.info.name)
+    );
     let mut trackers = Vec::new();
     for (tier, urls) in m.trackers().iter().enumerate() {
         for url in urls {
             link.push_str("&tr=");
-            link.push_str(url);
+            link.push_str(&percent_encode(url));
             trackers.push(TrackerView {
                 id: trackers.len() as u32,
                 tier: tier as u32,
@@ -520,6 +524,18 @@ fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
         trackers,
         materialized: false,
     })
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn percent_decode(s: &str) -> String {

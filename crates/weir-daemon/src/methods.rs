@@ -39,9 +39,10 @@ pub(crate) enum Method {
 }
 
 impl Method {
-    /// A method by name, kebab-case or snake_case.
-    pub(crate) fn parse(name: &str) -> Option<Method> {
-        if name.len() > 32 {
+    /// A method by name: kebab-case, or also snake_case when `snake` (as
+    /// Transmission 4.1 accepts in both forms; 4.0 knew only kebab-case).
+    pub(crate) fn parse(name: &str, snake: bool) -> Option<Method> {
+        if name.len() > 32 || (!snake && name.contains('_')) {
             return None;
         }
         let n = name.replace('_', "-");
@@ -378,14 +379,16 @@ mod tests {
 
     #[test]
     fn method_names_in_both_spellings() {
-        assert_eq!(Method::parse("torrent-get"), Some(Method::TorrentGet));
-        assert_eq!(Method::parse("torrent_get"), Some(Method::TorrentGet));
+        assert_eq!(Method::parse("torrent-get", true), Some(Method::TorrentGet));
+        assert_eq!(Method::parse("torrent_get", true), Some(Method::TorrentGet));
         assert_eq!(
-            Method::parse("queue_move_top"),
+            Method::parse("queue_move_top", true),
             Some(Method::Act(Action::QueueTop))
         );
-        assert_eq!(Method::parse("torrent-gets"), None);
-        assert_eq!(Method::parse(&"x".repeat(10_000)), None);
+        assert_eq!(Method::parse("torrent-gets", true), None);
+        assert_eq!(Method::parse("torrent_get", false), None);
+        assert_eq!(Method::parse("torrent-get", false), Some(Method::TorrentGet));
+        assert_eq!(Method::parse(&"x".repeat(10_000), true), None);
     }
 
     #[test]

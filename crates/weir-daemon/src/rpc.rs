@@ -324,7 +324,7 @@ async fn call<B: Backend>(
         }
     };
     let result = match map.get("method") {
-        Some(Value::String(m)) => match methods::Method::parse(m) {
+        Some(Value::String(m)) => match methods::Method::parse(m, opts.json_rpc) {
             Some(method) => methods::run(backend, method, args, form, &opts.session_id).await,
             None => Err(RpcError::new(
                 ErrorKind::MethodNotFound,

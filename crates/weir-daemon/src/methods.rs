@@ -270,9 +270,23 @@ fn source_of(filename: &str) -> AddSource {
         AddSource::Ed2k(filename.to_owned())
     } else if lower.starts_with("http://") || lower.starts_with("https://") {
         AddSource::Url(filename.to_owned())
+    } else if let Some(m) = base64_torrent(filename) {
+        // Transmission falls back to reading `filename` as base64
+        // metainfo, and the transmission-rpc library relies on it.
+        AddSource::Metainfo(m)
     } else {
         AddSource::Path(Path::new(filename).to_path_buf())
     }
+}
+
+/// `s` as base64 of a bencoded dictionary (not a path: those start with `/`
+/// or hold characters base64 has not).
+fn base64_torrent(s: &str) -> Option<bytes::Bytes> {
+    if s.starts_with('/') || s.len() < 8 {
+        return None;
+    }
+    let b = decode_metainfo(s).ok()?;
+    (b.first() == Some(&b'd') && b.last() == Some(&b'e')).then_some(b)
 }
 
 fn decode_metainfo(b64: &str) -> Result<bytes::Bytes, RpcError> {
@@ -398,6 +412,8 @@ mod tests {
         assert!(matches!(source_of("https://x/y.torrent"), AddSource::Url(_)));
         assert!(matches!(source_of("/tmp/x.torrent"), AddSource::Path(_)));
         assert!(matches!(source_of("x"), AddSource::Path(_)));
+        assert!(matches!(source_of("ZDE6YWkxZWU="), AddSource::Metainfo(_)));
+        assert!(matches!(source_of("downloads/x.torrent"), AddSource::Path(_)));
     }
 
     #[test]

@@ -89,13 +89,10 @@ pub fn make_torrents(n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-async fn measure(
-    addr: SocketAddr,
-    torrents: &[Vec<u8>],
-    gets: usize,
-) -> anyhow::Result<Measured> {
+async fn measure(addr: SocketAddr, torrents: &[Vec<u8>], gets: usize) -> anyhow::Result<Measured> {
     let c = RpcClient::new(addr);
-    c.call("session-get", json!({"fields": ["version"]})).await?;
+    c.call("session-get", json!({"fields": ["version"]}))
+        .await?;
     let t0 = Instant::now();
     for t in torrents {
         let b64 = base64::engine::general_purpose::STANDARD.encode(t);
@@ -105,11 +102,13 @@ async fn measure(
         }
     }
     let add_s = t0.elapsed().as_secs_f64();
-    get_times(&c, torrents.len(), gets).await.map(|(get_ms, answer_bytes)| Measured {
-        add_s,
-        get_ms,
-        answer_bytes,
-    })
+    get_times(&c, torrents.len(), gets)
+        .await
+        .map(|(get_ms, answer_bytes)| Measured {
+            add_s,
+            get_ms,
+            answer_bytes,
+        })
 }
 
 async fn get_times(c: &RpcClient, n: usize, gets: usize) -> anyhow::Result<(Vec<f64>, usize)> {
@@ -139,13 +138,21 @@ async fn get_times(c: &RpcClient, n: usize, gets: usize) -> anyhow::Result<(Vec<
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
-    if s.is_empty() { f64::NAN } else { s[s.len() / 2] }
+    if s.is_empty() {
+        f64::NAN
+    } else {
+        s[s.len() / 2]
+    }
 }
 
 fn p90(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
-    if s.is_empty() { f64::NAN } else { s[(s.len() * 9 / 10).min(s.len() - 1)] }
+    if s.is_empty() {
+        f64::NAN
+    } else {
+        s[(s.len() * 9 / 10).min(s.len() - 1)]
+    }
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -193,12 +200,21 @@ fn start_transmission(ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
         "seed-queue-enabled": false, "queue-stalled-enabled": false,
         "message-level": 1,
     });
-    std::fs::write(cfg.join("settings.json"), serde_json::to_vec_pretty(&settings)?)?;
+    std::fs::write(
+        cfg.join("settings.json"),
+        serde_json::to_vec_pretty(&settings)?,
+    )?;
     let mut c = ns.command("transmission-daemon");
     c.arg("-f")
         .arg("-g")
         .arg(&cfg)
-        .args(["--no-dht", "--no-lpd", "--no-portmap", "--no-blocklist", "-T"])
+        .args([
+            "--no-dht",
+            "--no-lpd",
+            "--no-portmap",
+            "--no-blocklist",
+            "-T",
+        ])
         .env("HOME", &cfg);
     let mut p = Proc::spawn_logged("transmission-daemon", &mut c, work.path())?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -225,7 +241,9 @@ fn run_transmission(
     let mut p = start_transmission(ns, work)?;
     let cpu0 = weir_lab::process::tree_cpu_s(p.pid());
     let m = ns.try_run_in(|| -> anyhow::Result<Measured> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(measure(SocketAddr::V4(TR_RPC), torrents, gets))
     })??;
     let cpu = weir_lab::process::tree_cpu_s(p.pid()) - cpu0;
@@ -273,11 +291,14 @@ fn run_weir(
         };
         let tids_now = || tids.lock().map(|v| v.clone()).unwrap_or_default();
         let cpu0 = threads_cpu_s(&tids_now());
-        let client_rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client_rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let m = if synthetic > 0 {
             client_rt.block_on(async {
                 let c = RpcClient::new(addr);
-                c.call("session-get", json!({"fields": ["version"]})).await?;
+                c.call("session-get", json!({"fields": ["version"]}))
+                    .await?;
                 let (get_ms, answer_bytes) = get_times(&c, synthetic, gets).await?;
                 anyhow::Ok(Measured {
                     add_s: f64::NAN,

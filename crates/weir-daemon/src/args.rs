@@ -27,9 +27,7 @@ impl<'a> Args<'a> {
 
     /// The value under the first of `names` present, with the name used.
     pub(crate) fn get(&self, names: &[&'static str]) -> Option<(&'static str, &'a Value)> {
-        names
-            .iter()
-            .find_map(|n| self.map.get(*n).map(|v| (*n, v)))
+        names.iter().find_map(|n| self.map.get(*n).map(|v| (*n, v)))
     }
 
     pub(crate) fn bool(&self, names: &[&'static str]) -> Result<Option<bool>, RpcError> {
@@ -54,8 +52,7 @@ impl<'a> Args<'a> {
             Value::Number(x) => {
                 if let Some(i) = x.as_i64() {
                     Ok(Some(i))
-                } else if let Some(f) = x.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
-                {
+                } else if let Some(f) = x.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15) {
                     Ok(Some(f as i64))
                 } else {
                     Err(wrong(n, "an integer"))
@@ -73,9 +70,12 @@ impl<'a> Args<'a> {
     ) -> Result<Option<T>, RpcError> {
         match self.i64(names)? {
             None => Ok(None),
-            Some(i) => T::try_from(i)
-                .map(Some)
-                .map_err(|_| wrong(self.get(names).map_or("?", |x| x.0), "a non-negative integer in range")),
+            Some(i) => T::try_from(i).map(Some).map_err(|_| {
+                wrong(
+                    self.get(names).map_or("?", |x| x.0),
+                    "a non-negative integer in range",
+                )
+            }),
         }
     }
 
@@ -198,7 +198,10 @@ impl<'a> Args<'a> {
                 }
                 Ok(Selection::Refs(refs))
             }
-            _ => Err(wrong(n, "a number, a hash string, a list of them or \"recently-active\"")),
+            _ => Err(wrong(
+                n,
+                "a number, a hash string, a list of them or \"recently-active\"",
+            )),
         }
     }
 }
@@ -243,9 +246,18 @@ mod tests {
         let e = a.i64(&["downloadLimit"]).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidParams);
         assert!(e.message.contains("downloadLimit"), "{}", e.message);
-        assert_eq!(a.bool(&["flag"]).unwrap_err().kind, ErrorKind::InvalidParams);
-        assert_eq!(a.strings(&["l"]).unwrap_err().kind, ErrorKind::InvalidParams);
-        assert_eq!(a.uint::<u32>(&["neg"]).unwrap_err().kind, ErrorKind::InvalidParams);
+        assert_eq!(
+            a.bool(&["flag"]).unwrap_err().kind,
+            ErrorKind::InvalidParams
+        );
+        assert_eq!(
+            a.strings(&["l"]).unwrap_err().kind,
+            ErrorKind::InvalidParams
+        );
+        assert_eq!(
+            a.uint::<u32>(&["neg"]).unwrap_err().kind,
+            ErrorKind::InvalidParams
+        );
     }
 
     #[test]
@@ -258,7 +270,10 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r[0], TransferRef::Id(1));
         let m = args(json!({"ids": "recently-active"}));
-        assert_eq!(Args::new(&m).selection().unwrap(), Selection::RecentlyActive);
+        assert_eq!(
+            Args::new(&m).selection().unwrap(),
+            Selection::RecentlyActive
+        );
         let m = args(json!({"ids": 4}));
         assert_eq!(
             Args::new(&m).selection().unwrap(),

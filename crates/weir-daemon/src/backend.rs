@@ -1215,7 +1215,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<TransferList, BackendError>> + Send;
 
     /// `torrent-add`.
-    fn add(&self, req: AddRequest) -> impl Future<Output = Result<AddOutcome, BackendError>> + Send;
+    fn add(&self, req: AddRequest)
+    -> impl Future<Output = Result<AddOutcome, BackendError>> + Send;
 
     /// `torrent-set` on every selected transfer.
     fn change(

@@ -147,7 +147,9 @@ impl RpcClient {
                 None => Err(ClientError::Rpc("answer without result".to_owned())),
             };
         }
-        Err(last.map_or(ClientError::Rpc("no answer".to_owned()), |r| status_error(&r)))
+        Err(last.map_or(ClientError::Rpc("no answer".to_owned()), |r| {
+            status_error(&r)
+        }))
     }
 
     /// POSTs `body` as is with `session_id` (none: no header); the raw
@@ -259,7 +261,9 @@ pub async fn fetch(
 }
 
 async fn resolve(policy: &NetPolicy, authority: &str) -> Result<SocketAddr, ClientError> {
-    let with_port = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
         && !authority.ends_with(']')
     {
         authority.to_owned()

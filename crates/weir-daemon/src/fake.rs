@@ -199,12 +199,17 @@ impl FakeBackend {
     /// A transfer's full view (files and trackers filled), for assertions.
     pub fn view(&self, id: TransferId) -> Option<TransferView> {
         let st = self.lock();
-        st.transfers.get(&id).map(|e| full_view(e, Detail {
-            files: true,
-            peers: true,
-            trackers: true,
-            pieces: true,
-        }))
+        st.transfers.get(&id).map(|e| {
+            full_view(
+                e,
+                Detail {
+                    files: true,
+                    peers: true,
+                    trackers: true,
+                    pieces: true,
+                },
+            )
+        })
     }
 
     /// Number of transfers.
@@ -330,10 +335,16 @@ fn ratio(up: u64, down: u64) -> Ratio {
 }
 
 fn recently_active(v: &TransferView, cutoff: u64) -> bool {
-    [v.activity_date, v.edit_date, v.start_date, v.done_date, Some(v.added_date)]
-        .iter()
-        .flatten()
-        .any(|t| *t >= cutoff)
+    [
+        v.activity_date,
+        v.edit_date,
+        v.start_date,
+        v.done_date,
+        Some(v.added_date),
+    ]
+    .iter()
+    .flatten()
+    .any(|t| *t >= cutoff)
 }
 
 fn start(v: &mut TransferView, t: u64) {
@@ -582,7 +593,10 @@ fn from_magnet(link: &str) -> Result<Entry, BackendError> {
                 let h = v
                     .strip_prefix("urn:btih:")
                     .ok_or_else(|| bad("xt is not urn:btih"))?;
-                hash = Some(TransferHash::parse_hex(h).ok_or_else(|| bad("the info-hash is not 40 hex digits"))?);
+                hash = Some(
+                    TransferHash::parse_hex(h)
+                        .ok_or_else(|| bad("the info-hash is not 40 hex digits"))?,
+                );
             }
             "dn" => name = Some(percent_decode(v)),
             "tr" => trackers.push(percent_decode(v)),
@@ -645,7 +659,11 @@ fn from_ed2k(link: &str) -> Result<Entry, BackendError> {
     })
 }
 
-fn apply_files(e: &mut Entry, set: &FileSet, f: impl Fn(&mut FileView)) -> Result<(), BackendError> {
+fn apply_files(
+    e: &mut Entry,
+    set: &FileSet,
+    f: impl Fn(&mut FileView),
+) -> Result<(), BackendError> {
     match set {
         FileSet::All => e.files.iter_mut().for_each(f),
         FileSet::Indices(list) => {
@@ -728,15 +746,41 @@ fn apply_session(s: &mut SessionSettings, c: SessionChange) {
         ($($f:ident),*) => { $( if let Some(x) = c.$f { s.$f = x; } )* };
     }
     set!(
-        incomplete_dir_enabled, alt_speed_down, alt_speed_up, alt_speed_enabled,
-        alt_speed_time_enabled, alt_speed_time_begin, alt_speed_time_end, alt_speed_time_day,
-        peer_limit_global, peer_limit_per_torrent, peer_port, peer_port_random_on_start,
-        dht_enabled, pex_enabled, lpd_enabled, utp_enabled, port_forwarding_enabled, encryption,
-        seed_ratio_limit, seed_ratio_limited, idle_seeding_limit, idle_seeding_limit_enabled,
-        download_queue_enabled, download_queue_size, seed_queue_enabled, seed_queue_size,
-        queue_stalled_enabled, queue_stalled_minutes, start_added_torrents,
-        trash_original_torrent_files, rename_partial_files, cache_size_mb, blocklist_enabled,
-        script_torrent_done_enabled, script_torrent_added_enabled,
+        incomplete_dir_enabled,
+        alt_speed_down,
+        alt_speed_up,
+        alt_speed_enabled,
+        alt_speed_time_enabled,
+        alt_speed_time_begin,
+        alt_speed_time_end,
+        alt_speed_time_day,
+        peer_limit_global,
+        peer_limit_per_torrent,
+        peer_port,
+        peer_port_random_on_start,
+        dht_enabled,
+        pex_enabled,
+        lpd_enabled,
+        utp_enabled,
+        port_forwarding_enabled,
+        encryption,
+        seed_ratio_limit,
+        seed_ratio_limited,
+        idle_seeding_limit,
+        idle_seeding_limit_enabled,
+        download_queue_enabled,
+        download_queue_size,
+        seed_queue_enabled,
+        seed_queue_size,
+        queue_stalled_enabled,
+        queue_stalled_minutes,
+        start_added_torrents,
+        trash_original_torrent_files,
+        rename_partial_files,
+        cache_size_mb,
+        blocklist_enabled,
+        script_torrent_done_enabled,
+        script_torrent_added_enabled,
         script_torrent_done_seeding_enabled
     );
     let arc = |p: &Path| Arc::from(p.to_string_lossy().as_ref());
@@ -760,8 +804,14 @@ fn apply_session(s: &mut SessionSettings, c: SessionChange) {
     }
     for (src, dst) in [
         (&c.blocklist_url, &mut s.blocklist_url),
-        (&c.script_torrent_done_filename, &mut s.script_torrent_done_filename),
-        (&c.script_torrent_added_filename, &mut s.script_torrent_added_filename),
+        (
+            &c.script_torrent_done_filename,
+            &mut s.script_torrent_done_filename,
+        ),
+        (
+            &c.script_torrent_added_filename,
+            &mut s.script_torrent_added_filename,
+        ),
         (
             &c.script_torrent_done_seeding_filename,
             &mut s.script_torrent_done_seeding_filename,
@@ -789,7 +839,9 @@ fn free_space_of(path: &Path) -> Result<FreeSpace, BackendError> {
 impl Backend for FakeBackend {
     async fn session(&self) -> Result<SessionSettings, BackendError> {
         let mut s = self.lock().settings.clone();
-        s.download_dir_free_space = free_space_of(Path::new(&*s.download_dir)).ok().map(|f| f.free);
+        s.download_dir_free_space = free_space_of(Path::new(&*s.download_dir))
+            .ok()
+            .map(|f| f.free);
         Ok(s)
     }
 
@@ -1066,7 +1118,10 @@ mod tests {
         assert_eq!(&*e.view.name, "my file!");
         assert_eq!(e.view.total_size, 0);
         assert_eq!(&*e.trackers[0].announce, "http://x/a");
-        assert!(matches!(from_magnet("magnet:?dn=x"), Err(BackendError::InvalidTorrent(_))));
+        assert!(matches!(
+            from_magnet("magnet:?dn=x"),
+            Err(BackendError::InvalidTorrent(_))
+        ));
         assert!(from_magnet("magnet:?xt=urn:btih:zz").is_err());
         assert!(from_magnet("http://x").is_err());
         assert_eq!(percent_decode("%4"), "%4");
@@ -1077,7 +1132,10 @@ mod tests {
     async fn progress_completes_and_seeds() {
         let f = FakeBackend::new("/tmp");
         let link = "ed2k://|file|a.bin|2500000|D3B6B09D73D3FE0DD41DDE5ED244215A|/";
-        let AddOutcome::Added(t) = f.add(AddRequest::new(AddSource::Ed2k(link.into()))).await.unwrap()
+        let AddOutcome::Added(t) = f
+            .add(AddRequest::new(AddSource::Ed2k(link.into())))
+            .await
+            .unwrap()
         else {
             panic!()
         };
@@ -1091,7 +1149,10 @@ mod tests {
         assert_eq!(v.left_until_done, 0);
         assert_eq!(v.state, TransferState::Seeding);
         assert_eq!(v.files[0].bytes_completed, 2_500_000);
-        let again = f.add(AddRequest::new(AddSource::Ed2k(link.into()))).await.unwrap();
+        let again = f
+            .add(AddRequest::new(AddSource::Ed2k(link.into())))
+            .await
+            .unwrap();
         assert!(matches!(again, AddOutcome::Duplicate(_)));
     }
 
@@ -1104,7 +1165,9 @@ mod tests {
             .unwrap();
         let pos: Vec<u32> = (1..=4).map(|i| f.view(i).unwrap().queue_position).collect();
         assert_eq!(pos, vec![1, 2, 3, 0]);
-        f.remove(Selection::Refs(vec![TransferRef::Id(1)]), false).await.unwrap();
+        f.remove(Selection::Refs(vec![TransferRef::Id(1)]), false)
+            .await
+            .unwrap();
         let pos: Vec<u32> = (2..=4).map(|i| f.view(i).unwrap().queue_position).collect();
         assert_eq!(pos, vec![1, 2, 0]);
     }

@@ -93,7 +93,12 @@ pub(crate) async fn run<B: Backend>(
         Method::SessionGet => {
             let fields = a.strings(&["fields"])?;
             let s = backend.session().await?;
-            Ok(Payload::Map(session::get(&s, form, session_id, fields.as_deref())))
+            Ok(Payload::Map(session::get(
+                &s,
+                form,
+                session_id,
+                fields.as_deref(),
+            )))
         }
         Method::SessionSet => {
             let change = session::change(&a)?;
@@ -164,7 +169,9 @@ pub(crate) async fn run<B: Backend>(
         }
         Method::FreeSpace => {
             let Some(path) = a.str(&["path"])? else {
-                return Err(RpcError::invalid_params("directory path argument is missing"));
+                return Err(RpcError::invalid_params(
+                    "directory path argument is missing",
+                ));
             };
             let dir = absolute(path)?;
             let f = backend.free_space(dir).await?;
@@ -292,13 +299,10 @@ fn base64_torrent(s: &str) -> Option<bytes::Bytes> {
 fn decode_metainfo(b64: &str) -> Result<bytes::Bytes, RpcError> {
     let engine = &base64::engine::general_purpose::STANDARD;
     let decoded = engine.decode(b64).or_else(|_| {
-        let clean: String = b64
-            .chars()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect();
-        engine
-            .decode(clean.as_bytes())
-            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(clean.trim_end_matches('=')))
+        let clean: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        engine.decode(clean.as_bytes()).or_else(|_| {
+            base64::engine::general_purpose::STANDARD_NO_PAD.decode(clean.trim_end_matches('='))
+        })
     });
     decoded.map(bytes::Bytes::from).map_err(|e| {
         RpcError::new(
@@ -308,24 +312,30 @@ fn decode_metainfo(b64: &str) -> Result<bytes::Bytes, RpcError> {
     })
 }
 
-async fn torrent_add<B: Backend>(backend: &B, a: &Args<'_>, form: Form) -> Result<Payload, RpcError> {
+async fn torrent_add<B: Backend>(
+    backend: &B,
+    a: &Args<'_>,
+    form: Form,
+) -> Result<Payload, RpcError> {
     let source = match (a.str(&["metainfo"])?, a.str(&["filename"])?) {
         (Some(m), _) if !m.is_empty() => AddSource::Metainfo(decode_metainfo(m)?),
         (_, Some(f)) if !f.is_empty() => source_of(f),
         _ => {
-            return Err(RpcError::invalid_params("no filename or metainfo specified"));
+            return Err(RpcError::invalid_params(
+                "no filename or metainfo specified",
+            ));
         }
     };
     let mut req = AddRequest::new(source);
     req.paused = a.bool(&["paused"])?;
-    req.download_dir = a
-        .str(&["download-dir", "download_dir"])?
-        .map(PathBuf::from);
+    req.download_dir = a.str(&["download-dir", "download_dir"])?.map(PathBuf::from);
     req.labels = labels(a)?.unwrap_or_default();
     req.cookies = a.str(&["cookies"])?.map(str::to_owned);
     req.peer_limit = a.uint(&["peer-limit", "peer_limit"])?;
     req.bandwidth_priority = a.priority(&["bandwidthPriority", "bandwidth_priority"])?;
-    req.files_wanted = a.indices(&["files-wanted", "files_wanted"])?.unwrap_or_default();
+    req.files_wanted = a
+        .indices(&["files-wanted", "files_wanted"])?
+        .unwrap_or_default();
     req.files_unwanted = a
         .indices(&["files-unwanted", "files_unwanted"])?
         .unwrap_or_default();
@@ -343,7 +353,10 @@ async fn torrent_add<B: Backend>(backend: &B, a: &Args<'_>, form: Form) -> Resul
         AddOutcome::Duplicate(t) => (form.key("torrent-duplicate", "torrent_duplicate"), t),
     };
     let mut obj = Map::new();
-    obj.insert(form.key("hashString", "hash_string").into(), json!(t.hash.to_hex()));
+    obj.insert(
+        form.key("hashString", "hash_string").into(),
+        json!(t.hash.to_hex()),
+    );
     obj.insert("id".into(), json!(t.id));
     obj.insert("name".into(), json!(&*t.name));
     let mut m = Map::new();
@@ -401,19 +414,34 @@ mod tests {
         );
         assert_eq!(Method::parse("torrent-gets", true), None);
         assert_eq!(Method::parse("torrent_get", false), None);
-        assert_eq!(Method::parse("torrent-get", false), Some(Method::TorrentGet));
+        assert_eq!(
+            Method::parse("torrent-get", false),
+            Some(Method::TorrentGet)
+        );
         assert_eq!(Method::parse(&"x".repeat(10_000), true), None);
     }
 
     #[test]
     fn filename_kinds() {
-        assert!(matches!(source_of("magnet:?xt=urn:btih:00"), AddSource::Magnet(_)));
-        assert!(matches!(source_of("ED2K://|file|a|1|00|/"), AddSource::Ed2k(_)));
-        assert!(matches!(source_of("https://x/y.torrent"), AddSource::Url(_)));
+        assert!(matches!(
+            source_of("magnet:?xt=urn:btih:00"),
+            AddSource::Magnet(_)
+        ));
+        assert!(matches!(
+            source_of("ED2K://|file|a|1|00|/"),
+            AddSource::Ed2k(_)
+        ));
+        assert!(matches!(
+            source_of("https://x/y.torrent"),
+            AddSource::Url(_)
+        ));
         assert!(matches!(source_of("/tmp/x.torrent"), AddSource::Path(_)));
         assert!(matches!(source_of("x"), AddSource::Path(_)));
         assert!(matches!(source_of("ZDE6YWkxZWU="), AddSource::Metainfo(_)));
-        assert!(matches!(source_of("downloads/x.torrent"), AddSource::Path(_)));
+        assert!(matches!(
+            source_of("downloads/x.torrent"),
+            AddSource::Path(_)
+        ));
     }
 
     #[test]

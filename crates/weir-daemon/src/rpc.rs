@@ -297,7 +297,10 @@ async fn call<B: Backend>(
     opts: &RpcOptions,
 ) -> Reply {
     let (id, args_key) = match form {
-        Form::Classic => (map.get("tag").filter(|t| t.is_i64() || t.is_u64()).cloned(), "arguments"),
+        Form::Classic => (
+            map.get("tag").filter(|t| t.is_i64() || t.is_u64()).cloned(),
+            "arguments",
+        ),
         Form::JsonRpc => {
             let id = map.get("id").cloned();
             if let Some(id) = &id {

@@ -171,7 +171,11 @@ impl<B: Backend> RpcServer<B> {
         Self::serve_on(listener, cfg, backend)
     }
 
-    fn serve_on(listener: TcpListener, cfg: RpcConfig, backend: Arc<B>) -> Result<Self, ServerError> {
+    fn serve_on(
+        listener: TcpListener,
+        cfg: RpcConfig,
+        backend: Arc<B>,
+    ) -> Result<Self, ServerError> {
         let local = listener.local_addr().map_err(ServerError::Serve)?;
         let auth = cfg.credentials.as_ref().map(|c| {
             let enc = base64::engine::general_purpose::STANDARD
@@ -507,7 +511,9 @@ async fn route<B: Backend>(State(shared): State<Arc<Shared<B>>>, req: Request<Bo
     }
     let path = req.uri().path();
     match path {
-        "/transmission/rpc" | "/transmission/rpc/" | "/rpc" | "/rpc/" => rpc_route(shared, req).await,
+        "/transmission/rpc" | "/transmission/rpc/" | "/rpc" | "/rpc/" => {
+            rpc_route(shared, req).await
+        }
         _ => web::route(req.method(), path),
     }
 }
@@ -557,7 +563,9 @@ async fn rpc_route<B: Backend>(shared: Arc<Shared<B>>, req: Request<Body>) -> Re
             );
         }
         Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 return too_large(max);
             }
             return html(

@@ -16,7 +16,11 @@ fn encryption_name(e: Encryption) -> &'static str {
 }
 
 /// Every `session-get` key: `(classic, snake, value)`.
-fn entries(s: &SessionSettings, form: Form, session_id: &str) -> Vec<(&'static str, &'static str, Value)> {
+fn entries(
+    s: &SessionSettings,
+    form: Form,
+    session_id: &str,
+) -> Vec<(&'static str, &'static str, Value)> {
     let v = form.versions();
     let units = match form {
         Form::Classic => json!({
@@ -32,34 +36,94 @@ fn entries(s: &SessionSettings, form: Form, session_id: &str) -> Vec<(&'static s
     };
     let mut e = vec![
         ("alt-speed-down", "alt_speed_down", json!(s.alt_speed_down)),
-        ("alt-speed-enabled", "alt_speed_enabled", json!(s.alt_speed_enabled)),
-        ("alt-speed-time-begin", "alt_speed_time_begin", json!(s.alt_speed_time_begin)),
-        ("alt-speed-time-day", "alt_speed_time_day", json!(s.alt_speed_time_day)),
-        ("alt-speed-time-enabled", "alt_speed_time_enabled", json!(s.alt_speed_time_enabled)),
-        ("alt-speed-time-end", "alt_speed_time_end", json!(s.alt_speed_time_end)),
+        (
+            "alt-speed-enabled",
+            "alt_speed_enabled",
+            json!(s.alt_speed_enabled),
+        ),
+        (
+            "alt-speed-time-begin",
+            "alt_speed_time_begin",
+            json!(s.alt_speed_time_begin),
+        ),
+        (
+            "alt-speed-time-day",
+            "alt_speed_time_day",
+            json!(s.alt_speed_time_day),
+        ),
+        (
+            "alt-speed-time-enabled",
+            "alt_speed_time_enabled",
+            json!(s.alt_speed_time_enabled),
+        ),
+        (
+            "alt-speed-time-end",
+            "alt_speed_time_end",
+            json!(s.alt_speed_time_end),
+        ),
         ("alt-speed-up", "alt_speed_up", json!(s.alt_speed_up)),
-        ("blocklist-enabled", "blocklist_enabled", json!(s.blocklist_enabled)),
+        (
+            "blocklist-enabled",
+            "blocklist_enabled",
+            json!(s.blocklist_enabled),
+        ),
         ("blocklist-size", "blocklist_size", json!(s.blocklist_size)),
         ("blocklist-url", "blocklist_url", json!(&*s.blocklist_url)),
         ("cache-size-mb", "cache_size_mb", json!(s.cache_size_mb)),
         ("config-dir", "config_dir", json!(&*s.config_dir)),
-        ("default-trackers", "default_trackers", json!(&*s.default_trackers)),
+        (
+            "default-trackers",
+            "default_trackers",
+            json!(&*s.default_trackers),
+        ),
         ("dht-enabled", "dht_enabled", json!(s.dht_enabled)),
         ("download-dir", "download_dir", json!(&*s.download_dir)),
-        ("download-queue-enabled", "download_queue_enabled", json!(s.download_queue_enabled)),
-        ("download-queue-size", "download_queue_size", json!(s.download_queue_size)),
-        ("encryption", "encryption", json!(encryption_name(s.encryption))),
-        ("idle-seeding-limit", "idle_seeding_limit", json!(s.idle_seeding_limit)),
+        (
+            "download-queue-enabled",
+            "download_queue_enabled",
+            json!(s.download_queue_enabled),
+        ),
+        (
+            "download-queue-size",
+            "download_queue_size",
+            json!(s.download_queue_size),
+        ),
+        (
+            "encryption",
+            "encryption",
+            json!(encryption_name(s.encryption)),
+        ),
+        (
+            "idle-seeding-limit",
+            "idle_seeding_limit",
+            json!(s.idle_seeding_limit),
+        ),
         (
             "idle-seeding-limit-enabled",
             "idle_seeding_limit_enabled",
             json!(s.idle_seeding_limit_enabled),
         ),
-        ("incomplete-dir", "incomplete_dir", json!(&*s.incomplete_dir)),
-        ("incomplete-dir-enabled", "incomplete_dir_enabled", json!(s.incomplete_dir_enabled)),
+        (
+            "incomplete-dir",
+            "incomplete_dir",
+            json!(&*s.incomplete_dir),
+        ),
+        (
+            "incomplete-dir-enabled",
+            "incomplete_dir_enabled",
+            json!(s.incomplete_dir_enabled),
+        ),
         ("lpd-enabled", "lpd_enabled", json!(s.lpd_enabled)),
-        ("peer-limit-global", "peer_limit_global", json!(s.peer_limit_global)),
-        ("peer-limit-per-torrent", "peer_limit_per_torrent", json!(s.peer_limit_per_torrent)),
+        (
+            "peer-limit-global",
+            "peer_limit_global",
+            json!(s.peer_limit_global),
+        ),
+        (
+            "peer-limit-per-torrent",
+            "peer_limit_per_torrent",
+            json!(s.peer_limit_per_torrent),
+        ),
         ("peer-port", "peer_port", json!(s.peer_port)),
         (
             "peer-port-random-on-start",
@@ -67,13 +131,37 @@ fn entries(s: &SessionSettings, form: Form, session_id: &str) -> Vec<(&'static s
             json!(s.peer_port_random_on_start),
         ),
         ("pex-enabled", "pex_enabled", json!(s.pex_enabled)),
-        ("port-forwarding-enabled", "port_forwarding_enabled", json!(s.port_forwarding_enabled)),
-        ("queue-stalled-enabled", "queue_stalled_enabled", json!(s.queue_stalled_enabled)),
-        ("queue-stalled-minutes", "queue_stalled_minutes", json!(s.queue_stalled_minutes)),
-        ("rename-partial-files", "rename_partial_files", json!(s.rename_partial_files)),
+        (
+            "port-forwarding-enabled",
+            "port_forwarding_enabled",
+            json!(s.port_forwarding_enabled),
+        ),
+        (
+            "queue-stalled-enabled",
+            "queue_stalled_enabled",
+            json!(s.queue_stalled_enabled),
+        ),
+        (
+            "queue-stalled-minutes",
+            "queue_stalled_minutes",
+            json!(s.queue_stalled_minutes),
+        ),
+        (
+            "rename-partial-files",
+            "rename_partial_files",
+            json!(s.rename_partial_files),
+        ),
         ("rpc-version", "rpc_version", json!(v.rpc_version)),
-        ("rpc-version-minimum", "rpc_version_minimum", json!(v.rpc_version_minimum)),
-        ("rpc-version-semver", "rpc_version_semver", json!(v.rpc_version_semver)),
+        (
+            "rpc-version-minimum",
+            "rpc_version_minimum",
+            json!(v.rpc_version_minimum),
+        ),
+        (
+            "rpc-version-semver",
+            "rpc_version_semver",
+            json!(v.rpc_version_semver),
+        ),
         (
             "script-torrent-added-enabled",
             "script_torrent_added_enabled",
@@ -104,16 +192,52 @@ fn entries(s: &SessionSettings, form: Form, session_id: &str) -> Vec<(&'static s
             "script_torrent_done_seeding_filename",
             json!(&*s.script_torrent_done_seeding_filename),
         ),
-        ("seed-queue-enabled", "seed_queue_enabled", json!(s.seed_queue_enabled)),
-        ("seed-queue-size", "seed_queue_size", json!(s.seed_queue_size)),
-        ("seedRatioLimit", "seed_ratio_limit", json!(s.seed_ratio_limit)),
-        ("seedRatioLimited", "seed_ratio_limited", json!(s.seed_ratio_limited)),
+        (
+            "seed-queue-enabled",
+            "seed_queue_enabled",
+            json!(s.seed_queue_enabled),
+        ),
+        (
+            "seed-queue-size",
+            "seed_queue_size",
+            json!(s.seed_queue_size),
+        ),
+        (
+            "seedRatioLimit",
+            "seed_ratio_limit",
+            json!(s.seed_ratio_limit),
+        ),
+        (
+            "seedRatioLimited",
+            "seed_ratio_limited",
+            json!(s.seed_ratio_limited),
+        ),
         ("session-id", "session_id", json!(session_id)),
-        ("speed-limit-down", "speed_limit_down", json!(s.speed_limit_down.kbps)),
-        ("speed-limit-down-enabled", "speed_limit_down_enabled", json!(s.speed_limit_down.enabled)),
-        ("speed-limit-up", "speed_limit_up", json!(s.speed_limit_up.kbps)),
-        ("speed-limit-up-enabled", "speed_limit_up_enabled", json!(s.speed_limit_up.enabled)),
-        ("start-added-torrents", "start_added_torrents", json!(s.start_added_torrents)),
+        (
+            "speed-limit-down",
+            "speed_limit_down",
+            json!(s.speed_limit_down.kbps),
+        ),
+        (
+            "speed-limit-down-enabled",
+            "speed_limit_down_enabled",
+            json!(s.speed_limit_down.enabled),
+        ),
+        (
+            "speed-limit-up",
+            "speed_limit_up",
+            json!(s.speed_limit_up.kbps),
+        ),
+        (
+            "speed-limit-up-enabled",
+            "speed_limit_up_enabled",
+            json!(s.speed_limit_up.enabled),
+        ),
+        (
+            "start-added-torrents",
+            "start_added_torrents",
+            json!(s.start_added_torrents),
+        ),
         (
             "trash-original-torrent-files",
             "trash_original_torrent_files",
@@ -124,14 +248,23 @@ fn entries(s: &SessionSettings, form: Form, session_id: &str) -> Vec<(&'static s
         ("version", "version", json!(v.version)),
     ];
     if let Some(free) = s.download_dir_free_space {
-        e.push(("download-dir-free-space", "download_dir_free_space", json!(free)));
+        e.push((
+            "download-dir-free-space",
+            "download_dir_free_space",
+            json!(free),
+        ));
     }
     e
 }
 
 /// The `session-get` answer, limited to `fields` when given (any spelling;
 /// unknown names are ignored; an empty list means all, as in Transmission).
-pub(crate) fn get(s: &SessionSettings, form: Form, session_id: &str, fields: Option<&[String]>) -> Map<String, Value> {
+pub(crate) fn get(
+    s: &SessionSettings,
+    form: Form,
+    session_id: &str,
+    fields: Option<&[String]>,
+) -> Map<String, Value> {
     let mut out = Map::new();
     for (classic, snake, value) in entries(s, form, session_id) {
         let wanted = match fields {
@@ -171,7 +304,8 @@ pub(crate) fn change(a: &Args<'_>) -> Result<SessionChange, RpcError> {
         incomplete_dir: path(a, &["incomplete-dir", "incomplete_dir"])?,
         incomplete_dir_enabled: a.bool(&["incomplete-dir-enabled", "incomplete_dir_enabled"])?,
         speed_limit_down: a.uint(&["speed-limit-down", "speed_limit_down"])?,
-        speed_limit_down_enabled: a.bool(&["speed-limit-down-enabled", "speed_limit_down_enabled"])?,
+        speed_limit_down_enabled: a
+            .bool(&["speed-limit-down-enabled", "speed_limit_down_enabled"])?,
         speed_limit_up: a.uint(&["speed-limit-up", "speed_limit_up"])?,
         speed_limit_up_enabled: a.bool(&["speed-limit-up-enabled", "speed_limit_up_enabled"])?,
         alt_speed_down: a.uint(&["alt-speed-down", "alt_speed_down"])?,
@@ -184,7 +318,8 @@ pub(crate) fn change(a: &Args<'_>) -> Result<SessionChange, RpcError> {
         peer_limit_global: a.uint(&["peer-limit-global", "peer_limit_global"])?,
         peer_limit_per_torrent: a.uint(&["peer-limit-per-torrent", "peer_limit_per_torrent"])?,
         peer_port: a.uint(&["peer-port", "peer_port"])?,
-        peer_port_random_on_start: a.bool(&["peer-port-random-on-start", "peer_port_random_on_start"])?,
+        peer_port_random_on_start: a
+            .bool(&["peer-port-random-on-start", "peer_port_random_on_start"])?,
         dht_enabled: a.bool(&["dht-enabled", "dht_enabled"])?,
         pex_enabled: a.bool(&["pex-enabled", "pex_enabled"])?,
         lpd_enabled: a.bool(&["lpd-enabled", "lpd_enabled"])?,
@@ -194,7 +329,8 @@ pub(crate) fn change(a: &Args<'_>) -> Result<SessionChange, RpcError> {
         seed_ratio_limit: a.f64(&["seedRatioLimit", "seed_ratio_limit"])?,
         seed_ratio_limited: a.bool(&["seedRatioLimited", "seed_ratio_limited"])?,
         idle_seeding_limit: a.uint(&["idle-seeding-limit", "idle_seeding_limit"])?,
-        idle_seeding_limit_enabled: a.bool(&["idle-seeding-limit-enabled", "idle_seeding_limit_enabled"])?,
+        idle_seeding_limit_enabled: a
+            .bool(&["idle-seeding-limit-enabled", "idle_seeding_limit_enabled"])?,
         download_queue_enabled: a.bool(&["download-queue-enabled", "download_queue_enabled"])?,
         download_queue_size: a.uint(&["download-queue-size", "download_queue_size"])?,
         seed_queue_enabled: a.bool(&["seed-queue-enabled", "seed_queue_enabled"])?,
@@ -202,23 +338,45 @@ pub(crate) fn change(a: &Args<'_>) -> Result<SessionChange, RpcError> {
         queue_stalled_enabled: a.bool(&["queue-stalled-enabled", "queue_stalled_enabled"])?,
         queue_stalled_minutes: a.uint(&["queue-stalled-minutes", "queue_stalled_minutes"])?,
         start_added_torrents: a.bool(&["start-added-torrents", "start_added_torrents"])?,
-        trash_original_torrent_files: a.bool(&["trash-original-torrent-files", "trash_original_torrent_files"])?,
+        trash_original_torrent_files: a.bool(&[
+            "trash-original-torrent-files",
+            "trash_original_torrent_files",
+        ])?,
         rename_partial_files: a.bool(&["rename-partial-files", "rename_partial_files"])?,
         cache_size_mb: a.uint(&["cache-size-mb", "cache_size_mb"])?,
         blocklist_enabled: a.bool(&["blocklist-enabled", "blocklist_enabled"])?,
         blocklist_url: owned(a, &["blocklist-url", "blocklist_url"])?,
-        script_torrent_done_enabled: a.bool(&["script-torrent-done-enabled", "script_torrent_done_enabled"])?,
-        script_torrent_done_filename: owned(a, &["script-torrent-done-filename", "script_torrent_done_filename"])?,
-        script_torrent_added_enabled: a.bool(&["script-torrent-added-enabled", "script_torrent_added_enabled"])?,
-        script_torrent_added_filename: owned(a, &["script-torrent-added-filename", "script_torrent_added_filename"])?,
+        script_torrent_done_enabled: a
+            .bool(&["script-torrent-done-enabled", "script_torrent_done_enabled"])?,
+        script_torrent_done_filename: owned(
+            a,
+            &[
+                "script-torrent-done-filename",
+                "script_torrent_done_filename",
+            ],
+        )?,
+        script_torrent_added_enabled: a.bool(&[
+            "script-torrent-added-enabled",
+            "script_torrent_added_enabled",
+        ])?,
+        script_torrent_added_filename: owned(
+            a,
+            &[
+                "script-torrent-added-filename",
+                "script_torrent_added_filename",
+            ],
+        )?,
         script_torrent_done_seeding_enabled: a.bool(&[
             "script-torrent-done-seeding-enabled",
             "script_torrent_done_seeding_enabled",
         ])?,
-        script_torrent_done_seeding_filename: owned(a, &[
-            "script-torrent-done-seeding-filename",
-            "script_torrent_done_seeding_filename",
-        ])?,
+        script_torrent_done_seeding_filename: owned(
+            a,
+            &[
+                "script-torrent-done-seeding-filename",
+                "script_torrent_done_seeding_filename",
+            ],
+        )?,
         default_trackers: owned(a, &["default-trackers", "default_trackers"])?,
     })
 }
@@ -242,17 +400,31 @@ fn totals(t: &StatsTotals, form: Form) -> Value {
 pub(crate) fn stats(s: &SessionStats, form: Form) -> Map<String, Value> {
     let mut m = Map::new();
     let items = [
-        ("activeTorrentCount", "active_torrent_count", s.active_torrent_count),
+        (
+            "activeTorrentCount",
+            "active_torrent_count",
+            s.active_torrent_count,
+        ),
         ("downloadSpeed", "download_speed", s.download_speed),
-        ("pausedTorrentCount", "paused_torrent_count", s.paused_torrent_count),
+        (
+            "pausedTorrentCount",
+            "paused_torrent_count",
+            s.paused_torrent_count,
+        ),
         ("torrentCount", "torrent_count", s.torrent_count),
         ("uploadSpeed", "upload_speed", s.upload_speed),
     ];
     for (c, sn, v) in items {
         m.insert(form.key(c, sn).to_owned(), json!(v));
     }
-    m.insert(form.key("cumulative-stats", "cumulative_stats").to_owned(), totals(&s.cumulative, form));
-    m.insert(form.key("current-stats", "current_stats").to_owned(), totals(&s.current, form));
+    m.insert(
+        form.key("cumulative-stats", "cumulative_stats").to_owned(),
+        totals(&s.cumulative, form),
+    );
+    m.insert(
+        form.key("current-stats", "current_stats").to_owned(),
+        totals(&s.current, form),
+    );
     m
 }
 
@@ -278,7 +450,11 @@ mod tests {
     #[test]
     fn fields_filter_in_any_spelling() {
         let s = SessionSettings::default();
-        let f = vec!["version".to_owned(), "download_dir".to_owned(), "nope".to_owned()];
+        let f = vec![
+            "version".to_owned(),
+            "download_dir".to_owned(),
+            "nope".to_owned(),
+        ];
         let c = get(&s, Form::Classic, "sid", Some(&f));
         assert_eq!(c.len(), 2);
         assert!(c.contains_key("download-dir"));

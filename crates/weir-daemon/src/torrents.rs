@@ -217,7 +217,11 @@ fn write_peers(out: &mut Vec<u8>, v: &TransferView, keys: &Keys) {
             ("isUTP", "is_utp", p.is_utp),
             ("isUploadingTo", "is_uploading_to", p.is_uploading_to),
             ("peerIsChoked", "peer_is_choked", p.peer_is_choked),
-            ("peerIsInterested", "peer_is_interested", p.peer_is_interested),
+            (
+                "peerIsInterested",
+                "peer_is_interested",
+                p.peer_is_interested,
+            ),
         ];
         for (c, s, b) in bools.iter() {
             out.push(b',');
@@ -748,7 +752,16 @@ mod tests {
     #[test]
     fn objects_carry_requested_keys_and_transmission_numbers() {
         let a = answer(
-            &["id", "status", "eta", "percentDone", "hashString", "labels", "wanted", "bogus"],
+            &[
+                "id",
+                "status",
+                "eta",
+                "percentDone",
+                "hashString",
+                "labels",
+                "wanted",
+                "bogus",
+            ],
             false,
             Form::Classic,
         );
@@ -778,7 +791,10 @@ mod tests {
     #[test]
     fn nested_keys_follow_the_form() {
         let a = answer(&["files"], false, Form::Classic);
-        assert_eq!(a["arguments"]["torrents"][0]["files"][0]["bytesCompleted"], 75);
+        assert_eq!(
+            a["arguments"]["torrents"][0]["files"][0]["bytesCompleted"],
+            75
+        );
         let a = answer(&["files", "file_stats"], false, Form::JsonRpc);
         let t = &a["arguments"]["torrents"][0];
         assert_eq!(t["files"][0]["bytes_completed"], 75);

@@ -36,9 +36,7 @@ pub(crate) fn route(method: &Method, path: &str) -> Response {
         "/" | "/index.html" | "/transmission/web" | "/transmission/web/" => {
             asset("text/html; charset=UTF-8", INDEX)
         }
-        "/app.js" | "/transmission/web/app.js" => {
-            asset("text/javascript; charset=UTF-8", APP_JS)
-        }
+        "/app.js" | "/transmission/web/app.js" => asset("text/javascript; charset=UTF-8", APP_JS),
         "/app.css" | "/transmission/web/app.css" => asset("text/css; charset=UTF-8", APP_CSS),
         _ => (StatusCode::NOT_FOUND, "404: Not Found\n").into_response(),
     }

@@ -13,11 +13,16 @@ use weir_daemon::client::{ClientError, RpcClient};
 use weir_daemon::fake::FakeBackend;
 use weir_daemon::{Credentials, RpcConfig, RpcServer, ServerError, ServerHandle};
 
-async fn start(cfg: impl FnOnce(RpcConfig) -> RpcConfig) -> (ServerHandle, Arc<FakeBackend>, String) {
+async fn start(
+    cfg: impl FnOnce(RpcConfig) -> RpcConfig,
+) -> (ServerHandle, Arc<FakeBackend>, String) {
     let backend = Arc::new(FakeBackend::new("/tmp"));
-    let server = RpcServer::bind(cfg(RpcConfig::new("127.0.0.1:0".parse().unwrap())), backend.clone())
-        .await
-        .unwrap();
+    let server = RpcServer::bind(
+        cfg(RpcConfig::new("127.0.0.1:0".parse().unwrap())),
+        backend.clone(),
+    )
+    .await
+    .unwrap();
     let id = server.session_id().to_owned();
     (server.spawn(), backend, id)
 }
@@ -27,8 +32,15 @@ fn json_of(b: &Bytes) -> Value {
 }
 
 async fn post(c: &RpcClient, id: &str, body: &str) -> (u16, Value) {
-    let r = c.post(Bytes::from(body.to_owned()), Some(id)).await.unwrap();
-    let v = if r.body.is_empty() { Value::Null } else { json_of(&r.body) };
+    let r = c
+        .post(Bytes::from(body.to_owned()), Some(id))
+        .await
+        .unwrap();
+    let v = if r.body.is_empty() {
+        Value::Null
+    } else {
+        json_of(&r.body)
+    };
     (r.status, v)
 }
 
@@ -38,7 +50,10 @@ async fn malformed_unknown_and_wrong_types_get_transmissions_answers() {
     let c = RpcClient::new(h.addr());
     let (s, v) = post(&c, &id, "{not json").await;
     assert_eq!(s, 200);
-    assert!(v["result"].as_str().unwrap().starts_with("no method name"), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().starts_with("no method name"),
+        "{v}"
+    );
     let (_, v) = post(&c, &id, "").await;
     assert_eq!(v["result"], "no method name");
     let (_, v) = post(&c, &id, "[1,2]").await;
@@ -46,10 +61,18 @@ async fn malformed_unknown_and_wrong_types_get_transmissions_answers() {
     assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(v[0]["error"]["code"], -32600, "{v}");
     let (_, v) = post(&c, &id, r#"{"method":"foo","tag":5}"#).await;
-    assert_eq!(v, json!({"arguments": {}, "result": "method name not recognized", "tag": 5}));
+    assert_eq!(
+        v,
+        json!({"arguments": {}, "result": "method name not recognized", "tag": 5})
+    );
     let (_, v) = post(&c, &id, r#"{"method":7}"#).await;
     assert_eq!(v["result"], "no method name");
-    let (_, v) = post(&c, &id, r#"{"method":"torrent-get","arguments":{"fields":"id"}}"#).await;
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"method":"torrent-get","arguments":{"fields":"id"}}"#,
+    )
+    .await;
     assert_eq!(v["result"], "no fields specified");
     let (_, v) = post(
         &c,
@@ -57,7 +80,10 @@ async fn malformed_unknown_and_wrong_types_get_transmissions_answers() {
         r#"{"method":"torrent-get","arguments":{"fields":["id","bogus"],"ids":"zzz"}}"#,
     )
     .await;
-    assert_eq!(v, json!({"arguments": {"torrents": []}, "result": "success"}));
+    assert_eq!(
+        v,
+        json!({"arguments": {"torrents": []}, "result": "success"})
+    );
     let (_, v) = post(
         &c,
         &id,
@@ -65,28 +91,79 @@ async fn malformed_unknown_and_wrong_types_get_transmissions_answers() {
     )
     .await;
     let r = v["result"].as_str().unwrap();
-    assert!(r.contains("'downloadLimit'") && r.contains("expected"), "{r}");
-    let (_, v) = post(&c, &id, r#"{"method":"session-set","arguments":{"peer-port":70000}}"#).await;
+    assert!(
+        r.contains("'downloadLimit'") && r.contains("expected"),
+        "{r}"
+    );
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"method":"session-set","arguments":{"peer-port":70000}}"#,
+    )
+    .await;
     assert!(v["result"].as_str().unwrap().contains("peer-port"), "{v}");
     let (_, v) = post(&c, &id, r#"{"method":"session-get","arguments":[1]}"#).await;
-    assert!(v["result"].as_str().unwrap().contains("must be an object"), "{v}");
-    let (_, v) = post(&c, &id, r#"{"method":"torrent-add","arguments":{"metainfo":"bm90IGEgdG9ycmVudA=="}}"#).await;
-    assert!(v["result"].as_str().unwrap().starts_with("invalid or corrupt torrent file"), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().contains("must be an object"),
+        "{v}"
+    );
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"method":"torrent-add","arguments":{"metainfo":"bm90IGEgdG9ycmVudA=="}}"#,
+    )
+    .await;
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid or corrupt torrent file"),
+        "{v}"
+    );
     let (_, v) = post(&c, &id, r#"{"method":"torrent-add","arguments":{}}"#).await;
     assert_eq!(v["result"], "no filename or metainfo specified");
-    let (_, v) = post(&c, &id, r#"{"method":"free-space","arguments":{"path":"relative"}}"#).await;
-    assert!(v["result"].as_str().unwrap().starts_with("path is not absolute"), "{v}");
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"method":"free-space","arguments":{"path":"relative"}}"#,
+    )
+    .await;
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("path is not absolute"),
+        "{v}"
+    );
     let (_, v) = post(&c, &id, r#"{"method":"blocklist-update"}"#).await;
-    assert!(v["result"].as_str().unwrap().contains("no blocklist"), "{v}");
-    let (_, v) = post(&c, &id, r#"{"method":"torrent-rename-path","arguments":{"ids":[1],"path":"a","name":"b"}}"#).await;
-    assert!(v["result"].as_str().unwrap().contains("not supported"), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().contains("no blocklist"),
+        "{v}"
+    );
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"method":"torrent-rename-path","arguments":{"ids":[1],"path":"a","name":"b"}}"#,
+    )
+    .await;
+    assert!(
+        v["result"].as_str().unwrap().contains("not supported"),
+        "{v}"
+    );
     // Nesting far past serde_json's recursion limit.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let (s, v) = post(&c, &id, &deep).await;
     assert_eq!(s, 200);
-    assert!(v["result"].as_str().unwrap().starts_with("no method name"), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().starts_with("no method name"),
+        "{v}"
+    );
     // Still serving.
-    assert!(c.call("session-get", json!({"fields": ["version"]})).await.is_ok());
+    assert!(
+        c.call("session-get", json!({"fields": ["version"]}))
+            .await
+            .is_ok()
+    );
     h.stop().await.unwrap();
 }
 
@@ -94,7 +171,13 @@ async fn malformed_unknown_and_wrong_types_get_transmissions_answers() {
 async fn session_id_handshake_and_rpc_version_header() {
     let (h, _b, id) = start(|c| c).await;
     let c = RpcClient::new(h.addr());
-    let r = c.post(Bytes::from_static(b"{\"method\":\"session-get\"}"), Some("wrong")).await.unwrap();
+    let r = c
+        .post(
+            Bytes::from_static(b"{\"method\":\"session-get\"}"),
+            Some("wrong"),
+        )
+        .await
+        .unwrap();
     assert_eq!(r.status, 409);
     assert_eq!(r.headers["x-transmission-session-id"], id.as_str());
     assert_eq!(r.headers["x-transmission-rpc-version"], "6.0.0");
@@ -126,8 +209,16 @@ async fn session_id_handshake_and_rpc_version_header() {
     let r = c.post(Bytes::from_static(b"{}"), None).await.unwrap();
     assert_eq!(r.status, 409);
     assert!(r.headers.get("x-transmission-rpc-version").is_none());
-    let id = r.headers["x-transmission-session-id"].to_str().unwrap().to_owned();
-    let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"session_get","id":1}"#).await;
+    let id = r.headers["x-transmission-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"session_get","id":1}"#,
+    )
+    .await;
     assert_eq!(v["result"], "method name not recognized", "{v}");
     h.stop().await.unwrap();
 }
@@ -140,11 +231,16 @@ async fn host_check_and_basic_auth() {
         hyper::Request::post("/transmission/rpc")
             .header("host", host)
             .header("x-transmission-session-id", id.as_str())
-            .body(Full::new(Bytes::from_static(b"{\"method\":\"session-stats\"}")))
+            .body(Full::new(Bytes::from_static(
+                b"{\"method\":\"session-stats\"}",
+            )))
             .unwrap()
     };
     assert_eq!(c.send(req("evil.example.com")).await.unwrap().status, 421);
-    assert_eq!(c.send(req("evil.example.com:9091")).await.unwrap().status, 421);
+    assert_eq!(
+        c.send(req("evil.example.com:9091")).await.unwrap().status,
+        421
+    );
     assert_eq!(c.send(req("localhost:9091")).await.unwrap().status, 200);
     assert_eq!(c.send(req("[::1]:9091")).await.unwrap().status, 200);
     h.stop().await.unwrap();
@@ -159,9 +255,17 @@ async fn host_check_and_basic_auth() {
     })
     .await;
     let anon = RpcClient::new(h.addr());
-    let r = anon.post(Bytes::from_static(b"{}"), Some(&id)).await.unwrap();
+    let r = anon
+        .post(Bytes::from_static(b"{}"), Some(&id))
+        .await
+        .unwrap();
     assert_eq!(r.status, 401);
-    assert!(r.headers["www-authenticate"].to_str().unwrap().starts_with("Basic"));
+    assert!(
+        r.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
     let wrong = RpcClient::new(h.addr()).with_auth("u", "nope");
     assert!(matches!(
         wrong.call("session-get", json!({})).await,
@@ -176,7 +280,9 @@ async fn host_check_and_basic_auth() {
                 .header("host", "nas.example")
                 .header("authorization", "Basic dTpwOnc=")
                 .header("x-transmission-session-id", id.as_str())
-                .body(Full::new(Bytes::from_static(b"{\"method\":\"session-stats\"}")))
+                .body(Full::new(Bytes::from_static(
+                    b"{\"method\":\"session-stats\"}",
+                )))
                 .unwrap(),
         )
         .await
@@ -260,21 +366,49 @@ async fn json_rpc_form() {
     assert_eq!(v["jsonrpc"], "2.0");
     assert_eq!(v["id"], "a");
     assert_eq!(v["result"]["rpc_version"], 18);
-    assert!(v["result"]["version"].as_str().unwrap().starts_with("4.1.0 (weir "));
+    assert!(
+        v["result"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("4.1.0 (weir ")
+    );
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"nope","id":2}"#).await;
     assert_eq!(v["error"]["code"], -32601);
     assert_eq!(v["id"], 2);
-    let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"torrent_set","params":{"download_limit":"x"},"id":3}"#).await;
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"torrent_set","params":{"download_limit":"x"},"id":3}"#,
+    )
+    .await;
     assert_eq!(v["error"]["code"], -32602);
-    assert!(v["error"]["data"]["error_string"].as_str().unwrap().contains("download_limit"));
-    let (s, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"torrent_stop","params":{"ids":[1]}}"#).await;
+    assert!(
+        v["error"]["data"]["error_string"]
+            .as_str()
+            .unwrap()
+            .contains("download_limit")
+    );
+    let (s, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"torrent_stop","params":{"ids":[1]}}"#,
+    )
+    .await;
     assert_eq!((s, v), (204, Value::Null), "a notification has no answer");
-    assert_eq!(b.view(1).unwrap().state, weir_daemon::backend::TransferState::Stopped);
+    assert_eq!(
+        b.view(1).unwrap().state,
+        weir_daemon::backend::TransferState::Stopped
+    );
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"x","id":{"a":1}}"#).await;
     assert_eq!(v["error"]["code"], -32600);
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"#).await;
     assert_eq!(v["error"]["code"], -32700);
-    let (_, v) = post(&c, &id, r#"{"jsonrpc":"1.0","method":"session_get","id":1}"#).await;
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"1.0","method":"session_get","id":1}"#,
+    )
+    .await;
     assert_eq!(v["error"]["code"], -32600);
     let (_, v) = post(
         &c,
@@ -288,7 +422,10 @@ async fn json_rpc_form() {
     let a = v.as_array().unwrap();
     assert_eq!(a.len(), 3, "{v}");
     assert_eq!(a[0]["result"]["torrents"][0]["id"], 2);
-    assert_eq!(a[0]["result"]["torrents"][0]["file_stats"][0]["bytes_completed"], 1_000_008_192u64);
+    assert_eq!(
+        a[0]["result"]["torrents"][0]["file_stats"][0]["bytes_completed"],
+        1_000_008_192u64
+    );
     assert_eq!(a[1]["result"]["torrent_count"], 3);
     assert_eq!(a[2]["error"]["code"], -32600);
     h.stop().await.unwrap();
@@ -300,7 +437,10 @@ async fn table_format_and_recently_active_with_removed() {
     b.insert_synthetic(3);
     let c = RpcClient::new(h.addr());
     let v = c
-        .call("torrent-get", json!({"fields": ["id", "name", "status"], "format": "table"}))
+        .call(
+            "torrent-get",
+            json!({"fields": ["id", "name", "status"], "format": "table"}),
+        )
         .await
         .unwrap();
     let rows = v["torrents"].as_array().unwrap();
@@ -310,12 +450,18 @@ async fn table_format_and_recently_active_with_removed() {
     assert_eq!(rows[2][2], 6);
     c.call("torrent-remove", json!({"ids": [2]})).await.unwrap();
     let v = c
-        .call("torrent-get", json!({"fields": ["id"], "ids": "recently-active"}))
+        .call(
+            "torrent-get",
+            json!({"fields": ["id"], "ids": "recently-active"}),
+        )
         .await
         .unwrap();
     assert_eq!(v["removed"], json!([2]));
     assert_eq!(v["torrents"].as_array().unwrap().len(), 2);
-    let v = c.call("torrent-get", json!({"fields": ["id"]})).await.unwrap();
+    let v = c
+        .call("torrent-get", json!({"fields": ["id"]}))
+        .await
+        .unwrap();
     assert!(v.get("removed").is_none());
     h.stop().await.unwrap();
 }

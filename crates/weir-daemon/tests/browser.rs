@@ -59,7 +59,19 @@ fn web_page_in_chromium() -> anyhow::Result<()> {
     assert_eq!(h.backend.len(), ROWS - 1);
     assert!(!h.downloads().join("uploaded.bin").exists(), "data deleted");
     let s = h.backend.settings();
-    assert_eq!(s.speed_limit_down, SpeedLimit { kbps: 123, enabled: true });
-    assert_eq!(s.speed_limit_up, SpeedLimit { kbps: 45, enabled: true });
+    assert_eq!(
+        s.speed_limit_down,
+        SpeedLimit {
+            kbps: 123,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        s.speed_limit_up,
+        SpeedLimit {
+            kbps: 45,
+            enabled: true
+        }
+    );
     Ok(())
 }

@@ -10,7 +10,10 @@ use weir_daemon::backend::{SpeedLimit, TransferState};
 fn list_row(list: &str, id: u64) -> Vec<String> {
     list.lines()
         .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-        .find(|cols| cols.first().is_some_and(|c| c.trim_end_matches('*') == id.to_string()))
+        .find(|cols| {
+            cols.first()
+                .is_some_and(|c| c.trim_end_matches('*') == id.to_string())
+        })
         .unwrap_or_else(|| panic!("no row {id} in:\n{list}"))
 }
 
@@ -71,8 +74,15 @@ fn add_list_info_and_files() -> anyhow::Result<()> {
         .lines()
         .find(|l| l.ends_with("multi/a.txt"))
         .unwrap_or_else(|| panic!("{files}"));
-    assert!(a.contains("Normal") && a.contains("Yes") && a.contains("100.0 kB"), "{a}");
-    assert!(files.lines().any(|l| l.ends_with("multi/b.txt") && l.contains("200.0 kB")));
+    assert!(
+        a.contains("Normal") && a.contains("Yes") && a.contains("100.0 kB"),
+        "{a}"
+    );
+    assert!(
+        files
+            .lines()
+            .any(|l| l.ends_with("multi/b.txt") && l.contains("200.0 kB"))
+    );
     Ok(())
 }
 
@@ -92,7 +102,10 @@ fn stop_start_remove_and_remove_with_data() -> anyhow::Result<()> {
     assert_eq!(h.backend.view(1).unwrap().state, TransferState::Stopped);
     let list = h.remote_ok(&["-l"])?;
     assert!(list_row(&list, 1).contains(&"Stopped".to_owned()), "{list}");
-    assert!(!list_row(&list, 2).contains(&"Stopped".to_owned()), "{list}");
+    assert!(
+        !list_row(&list, 2).contains(&"Stopped".to_owned()),
+        "{list}"
+    );
     h.remote_ok(&["-t", "1", "-s"])?;
     assert_eq!(h.backend.view(1).unwrap().state, TransferState::Downloading);
 
@@ -116,8 +129,20 @@ fn speed_caps_session_info_and_stats() -> anyhow::Result<()> {
     h.remote_ok(&["-d", "100"])?;
     h.remote_ok(&["-u", "200"])?;
     let s = h.backend.settings();
-    assert_eq!(s.speed_limit_down, SpeedLimit { kbps: 100, enabled: true });
-    assert_eq!(s.speed_limit_up, SpeedLimit { kbps: 200, enabled: true });
+    assert_eq!(
+        s.speed_limit_down,
+        SpeedLimit {
+            kbps: 100,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        s.speed_limit_up,
+        SpeedLimit {
+            kbps: 200,
+            enabled: true
+        }
+    );
     let si = h.remote_ok(&["-si"])?;
     for want in [
         "  Daemon version: 4.0.6 (weir ",
@@ -133,20 +158,38 @@ fn speed_caps_session_info_and_stats() -> anyhow::Result<()> {
     h.remote_ok(&["-D"])?;
     assert!(!h.backend.settings().speed_limit_down.enabled);
     let si = h.remote_ok(&["-si"])?;
-    assert!(si.contains("  Download speed limit: Unlimited (Disabled limit: 100 kB/s"), "{si}");
+    assert!(
+        si.contains("  Download speed limit: Unlimited (Disabled limit: 100 kB/s"),
+        "{si}"
+    );
 
     let (one, _) = make_torrent(h.dir.path(), "capped.bin", &[("", 100_000)])?;
     h.remote_ok(&["-a", one.to_str().unwrap()])?;
     h.remote_ok(&["-t", "1", "-d", "50", "-u", "70"])?;
     let v = h.backend.view(1).unwrap();
-    assert_eq!(v.download_limit, SpeedLimit { kbps: 50, enabled: true });
-    assert_eq!(v.upload_limit, SpeedLimit { kbps: 70, enabled: true });
+    assert_eq!(
+        v.download_limit,
+        SpeedLimit {
+            kbps: 50,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        v.upload_limit,
+        SpeedLimit {
+            kbps: 70,
+            enabled: true
+        }
+    );
     let info = h.remote_ok(&["-t", "1", "-i"])?;
     assert!(info.contains("  Download Limit: 50 kB/s"), "{info}");
     assert!(info.contains("  Upload Limit: 70 kB/s"), "{info}");
 
     let st = h.remote_ok(&["-st"])?;
-    assert!(st.contains("CURRENT SESSION") && st.contains("Started 1 times"), "{st}");
+    assert!(
+        st.contains("CURRENT SESSION") && st.contains("Started 1 times"),
+        "{st}"
+    );
     Ok(())
 }
 
@@ -175,7 +218,13 @@ fn peers_magnets_and_ed2k_links() -> anyhow::Result<()> {
     assert!(list.contains("from magnet"), "{list}");
     assert_eq!(list_row(&list, 3).last().unwrap(), "from-ed2k.bin");
     let info = h.remote_ok(&["-t", "3", "-i"])?;
-    assert!(info.contains("  Hash: d3b6b09d73d3fe0dd41dde5ed244215a"), "{info}");
-    assert!(info.contains("  Magnet: ed2k://|file|from-ed2k.bin|9728000|"), "{info}");
+    assert!(
+        info.contains("  Hash: d3b6b09d73d3fe0dd41dde5ed244215a"),
+        "{info}"
+    );
+    assert!(
+        info.contains("  Magnet: ed2k://|file|from-ed2k.bin|9728000|"),
+        "{info}"
+    );
     Ok(())
 }

@@ -128,7 +128,11 @@ pub fn run_bounded(mut c: Command, logs: &Path, limit: Duration) -> anyhow::Resu
         p.kill_tree()?;
         bail!("{c:?} timed out after {limit:?}");
     };
-    let read = |p: Option<&Path>| p.map(std::fs::read).transpose().map(Option::unwrap_or_default);
+    let read = |p: Option<&Path>| {
+        p.map(std::fs::read)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
     Ok(Output {
         status,
         stdout: read(p.stdout_log())?,

@@ -14,9 +14,20 @@ use weir_daemon::fake::FakeBackend;
 use weir_daemon::{RpcConfig, RpcServer};
 
 const FIELDS: [&str; 14] = [
-    "error", "errorString", "eta", "id", "isFinished", "leftUntilDone", "name",
-    "peersGettingFromUs", "peersSendingToUs", "rateDownload", "rateUpload", "sizeWhenDone",
-    "status", "uploadRatio",
+    "error",
+    "errorString",
+    "eta",
+    "id",
+    "isFinished",
+    "leftUntilDone",
+    "name",
+    "peersGettingFromUs",
+    "peersSendingToUs",
+    "rateDownload",
+    "rateUpload",
+    "sizeWhenDone",
+    "status",
+    "uploadRatio",
 ];
 
 fn med(mut v: Vec<f64>) -> f64 {
@@ -33,7 +44,10 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..20 {
         let t = Instant::now();
         let l = backend
-            .transfers(TransferQuery { select: Selection::All, detail: Detail::default() })
+            .transfers(TransferQuery {
+                select: Selection::All,
+                detail: Detail::default(),
+            })
             .await?;
         snap.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(l.transfers.len(), n);

@@ -734,7 +734,7 @@ mod tests {
 
     fn answer(names: &[&str], table: bool, form: Form) -> serde_json::Value {
         let list = TransferList {
-            transfers: vec![view(), view()],
+            transfers: vec![Arc::new(view()), Arc::new(view())],
             removed: vec![3],
         };
         let w = TorrentsWriter::new(
@@ -804,7 +804,7 @@ mod tests {
     #[test]
     fn chunks_reassemble() {
         let list = TransferList {
-            transfers: (0..50).map(|_| view()).collect(),
+            transfers: (0..50).map(|_| Arc::new(view())).collect(),
             removed: vec![],
         };
         let mk = |list| {

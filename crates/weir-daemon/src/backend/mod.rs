@@ -170,8 +170,9 @@ pub struct TransferQuery {
 /// The answer to a [`TransferQuery`].
 #[derive(Clone, Debug, Default)]
 pub struct TransferList {
-    /// The selected transfers, in id order.
-    pub transfers: Vec<TransferView>,
+    /// The selected transfers, in id order. `Arc`s, so that a backend can
+    /// keep the last view of each transfer and answer without copying it.
+    pub transfers: Vec<std::sync::Arc<TransferView>>,
     /// For [`Selection::RecentlyActive`]: ids of transfers removed in the
     /// last [`RECENTLY_ACTIVE_SECS`] seconds (empty otherwise).
     pub removed: Vec<TransferId>,

@@ -31,7 +31,8 @@ fn now() -> u64 {
 }
 
 struct Entry {
-    view: TransferView,
+    /// Shared with answers already sent; changed copy-on-write.
+    view: Arc<TransferView>,
     files: Vec<FileView>,
     trackers: Vec<TrackerView>,
     materialized: bool,
@@ -150,7 +151,7 @@ impl FakeBackend {
             st.transfers.insert(
                 id,
                 Entry {
-                    view: v,
+                    view: Arc::new(v),
                     files,
                     trackers: Vec::new(),
                     materialized: false,
@@ -166,10 +167,10 @@ impl FakeBackend {
         let mut st = self.lock();
         let t = now();
         for e in st.transfers.values_mut() {
-            let v = &mut e.view;
-            if v.state != TransferState::Downloading || v.total_size == 0 {
+            if e.view.state != TransferState::Downloading || e.view.total_size == 0 {
                 continue;
             }
+            let v = Arc::make_mut(&mut e.view);
             let step = (FAKE_RATE * secs).min(v.left_until_done);
             v.left_until_done -= step;
             v.have_valid += step;
@@ -203,7 +204,7 @@ impl FakeBackend {
     pub fn view(&self, id: TransferId) -> Option<TransferView> {
         let st = self.lock();
         st.transfers.get(&id).map(|e| {
-            full_view(
+            (*full_view(
                 e,
                 Detail {
                     files: true,
@@ -211,7 +212,8 @@ impl FakeBackend {
                     trackers: true,
                     pieces: true,
                 },
-            )
+            ))
+            .clone()
         })
     }
 
@@ -265,7 +267,7 @@ impl FakeBackend {
         let id = st.next_id;
         st.next_id += 1;
         let t = now();
-        let v = &mut e.view;
+        let v = Arc::make_mut(&mut e.view);
         v.id = id;
         v.added_date = t;
         v.edit_date = Some(t);
@@ -300,7 +302,7 @@ impl FakeBackend {
         recompute_wanted(&mut e);
         let paused = req.paused.unwrap_or(!st.settings.start_added_torrents);
         if !paused {
-            start(&mut e.view, t);
+            start(Arc::make_mut(&mut e.view), t);
         }
         if self.materialize {
             materialize(&e)?;
@@ -388,12 +390,17 @@ fn recompute_wanted(e: &mut Entry) {
         .filter(|f| f.wanted)
         .map(|f| f.bytes_completed)
         .sum();
-    e.view.size_when_done = wanted;
-    e.view.left_until_done = wanted - have.min(wanted);
+    Arc::make_mut(&mut e.view).size_when_done = wanted;
+    Arc::make_mut(&mut e.view).left_until_done = wanted - have.min(wanted);
 }
 
-fn full_view(e: &Entry, d: Detail) -> TransferView {
-    let mut v = e.view.clone();
+/// The view an answer needs: the shared one when no costly part is asked
+/// (an `Arc` clone, no copying), else a copy with those parts filled.
+fn full_view(e: &Entry, d: Detail) -> Arc<TransferView> {
+    if d == Detail::default() {
+        return e.view.clone();
+    }
+    let mut v = (*e.view).clone();
     if d.files {
         v.files = e.files.clone();
     }
@@ -428,7 +435,7 @@ fn full_view(e: &Entry, d: Detail) -> TransferView {
         }
         v.pieces = Bytes::from(bits);
     }
-    v
+    Arc::new(v)
 }
 
 fn file_paths(e: &Entry) -> Vec<PathBuf> {
@@ -506,7 +513,7 @@ fn apply_change(e: &mut Entry, c: &TransferChange, t: u64) -> Result<(), Backend
         }
     }
     recompute_wanted(e);
-    let v = &mut e.view;
+    let v = Arc::make_mut(&mut e.view);
     if let Some(x) = c.download_limit {
         v.download_limit.kbps = x;
     }
@@ -778,18 +785,18 @@ impl Backend for FakeBackend {
                 Action::Start | Action::StartNow => {
                     if let Some(e) = st.transfers.get_mut(&id) {
                         if e.view.state == TransferState::Stopped {
-                            start(&mut e.view, t);
+                            start(Arc::make_mut(&mut e.view), t);
                         }
                     }
                 }
                 Action::Stop => {
                     if let Some(e) = st.transfers.get_mut(&id) {
-                        stop(&mut e.view, t);
+                        stop(Arc::make_mut(&mut e.view), t);
                     }
                 }
                 Action::Verify | Action::Reannounce => {
                     if let Some(e) = st.transfers.get_mut(&id) {
-                        e.view.edit_date = Some(t);
+                        Arc::make_mut(&mut e.view).edit_date = Some(t);
                     }
                 }
                 Action::QueueTop => move_in_queue(&mut st, id, |_, _| 0),
@@ -826,7 +833,7 @@ impl Backend for FakeBackend {
         order.sort_unstable();
         for (pos, (_, id)) in order.into_iter().enumerate() {
             if let Some(e) = st.transfers.get_mut(&id) {
-                e.view.queue_position = pos as u32;
+                Arc::make_mut(&mut e.view).queue_position = pos as u32;
             }
         }
         let cutoff = t.saturating_sub(RECENTLY_ACTIVE_SECS);
@@ -845,7 +852,8 @@ impl Backend for FakeBackend {
         for e in Self::selected(&mut st, &select) {
             if move_data && e.materialized {
                 let old = file_paths(e);
-                e.view.download_dir = Arc::from(location.to_string_lossy().as_ref());
+                Arc::make_mut(&mut e.view).download_dir =
+                    Arc::from(location.to_string_lossy().as_ref());
                 for (from, to) in old.iter().zip(file_paths(e)) {
                     let io = |source| BackendError::Io {
                         path: to.clone(),
@@ -857,9 +865,10 @@ impl Backend for FakeBackend {
                     std::fs::rename(from, &to).map_err(io)?;
                 }
             } else {
-                e.view.download_dir = Arc::from(location.to_string_lossy().as_ref());
+                Arc::make_mut(&mut e.view).download_dir =
+                    Arc::from(location.to_string_lossy().as_ref());
             }
-            e.view.edit_date = Some(t);
+            Arc::make_mut(&mut e.view).edit_date = Some(t);
         }
         Ok(())
     }
@@ -898,8 +907,8 @@ fn move_in_queue(st: &mut State, id: TransferId, to: impl Fn(usize, usize) -> us
     for (p, i) in ids.into_iter().enumerate() {
         if let Some(e) = st.transfers.get_mut(&i) {
             if e.view.queue_position != p as u32 {
-                e.view.queue_position = p as u32;
-                e.view.edit_date = Some(t);
+                Arc::make_mut(&mut e.view).queue_position = p as u32;
+                Arc::make_mut(&mut e.view).edit_date = Some(t);
             }
         }
     }

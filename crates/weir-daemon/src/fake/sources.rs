@@ -68,7 +68,7 @@ pub(super) fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
     v.size_when_done = total;
     v.left_until_done = total;
     Ok(Entry {
-        view: v,
+        view: Arc::new(v),
         files,
         trackers,
         materialized: false,
@@ -160,7 +160,7 @@ pub(super) fn from_magnet(link: &str) -> Result<Entry, BackendError> {
         })
         .collect();
     Ok(Entry {
-        view: v,
+        view: Arc::new(v),
         files: Vec::new(),
         trackers,
         materialized: false,
@@ -190,7 +190,7 @@ pub(super) fn from_ed2k(link: &str) -> Result<Entry, BackendError> {
         end_piece: v.piece_count,
     }];
     Ok(Entry {
-        view: v,
+        view: Arc::new(v),
         files,
         trackers: Vec::new(),
         materialized: false,

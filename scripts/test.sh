@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(python3-libtorrent transmission-daemon transmission-cli aria2 opentracker
-      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core)
+      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core
+      chromium)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -16,8 +17,25 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -q >/dev/null
     apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   fi
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "== installing nodejs npm"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends nodejs npm >/dev/null
+  fi
 else
   echo "== not root: real peer programs are not installed; interop tests need them (and root for namespaces)"
+fi
+# The RPC tests drive weir daemon's server with real clients: the
+# transmission-rpc library (PyPI) and the web page in Chromium through
+# playwright-core (npm, pinned by crates/weir-daemon/webtest/package-lock.json).
+if ! python3 -c "import transmission_rpc" 2>/dev/null; then
+  echo "== installing transmission-rpc (PyPI)"
+  python3 -m pip install -q transmission-rpc || python3 -m pip install -q --break-system-packages transmission-rpc
+fi
+if [ ! -d crates/weir-daemon/webtest/node_modules/playwright-core ] && command -v npm >/dev/null; then
+  echo "== installing playwright-core (npm ci)"
+  (cd crates/weir-daemon/webtest && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --silent)
 fi
 
 echo "== cargo fmt --check"

@@ -1,0 +1,223 @@
+//! Transfers from what `torrent-add` names: a .torrent, a magnet, an ed2k
+//! link (parsed with weir's own parsers, as the engine will).
+
+use std::sync::Arc;
+
+use super::Entry;
+use crate::backend::*;
+
+pub(super) fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
+    let m = weir_bt::metainfo::Metainfo::from_bytes(bytes)
+        .map_err(|e| BackendError::InvalidTorrent(e.to_string()))?;
+    let hash = TransferHash::Bt(m.info_hash);
+    let mut v = TransferView::new(0, hash, m.info.name.as_str());
+    let total = m.info.total_length();
+    let piece = u64::from(m.info.piece_length);
+    v.total_size = total;
+    v.piece_size = piece;
+    v.piece_count = m.info.piece_count();
+    v.file_count = m.info.files.len() as u32;
+    v.is_private = m.info.private;
+    v.comment = Arc::from(m.comment.clone().unwrap_or_default().as_str());
+    v.creator = Arc::from(m.created_by.clone().unwrap_or_default().as_str());
+    v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
+    let mut link = format!(
+        "magnet:?xt=urn:btih:{}&dn={}",
+        hash.to_hex(),
+        percent_encode(&m.info.name)
+    );
+    let mut trackers = Vec::new();
+    for (tier, urls) in m.trackers().iter().enumerate() {
+        for url in urls {
+            link.push_str("&tr=");
+            link.push_str(&percent_encode(url));
+            trackers.push(TrackerView {
+                id: trackers.len() as u32,
+                tier: tier as u32,
+                announce: Arc::from(url.as_str()),
+                scrape: Arc::from(url.replace("/announce", "/scrape").as_str()),
+                announce_state: TrackerState::Inactive,
+                last_announce_result: Arc::from(""),
+                last_scrape_result: Arc::from(""),
+                ..TrackerView::default()
+            });
+        }
+    }
+    v.link = Arc::from(link.as_str());
+    let mut files = Vec::new();
+    let mut offset = 0u64;
+    for f in &m.info.files {
+        let name = if m.info.single_file {
+            m.info.name.clone()
+        } else {
+            format!("{}/{}", m.info.name, f.path.join("/"))
+        };
+        let begin = (offset / piece.max(1)) as u32;
+        let end = (offset + f.length).div_ceil(piece.max(1)) as u32;
+        files.push(FileView {
+            name: Arc::from(name.as_str()),
+            length: f.length,
+            bytes_completed: 0,
+            wanted: true,
+            priority: Priority::Normal,
+            begin_piece: begin,
+            end_piece: end.max(begin + 1),
+        });
+        offset += f.length;
+    }
+    v.size_when_done = total;
+    v.left_until_done = total;
+    Ok(Entry {
+        view: Arc::new(v),
+        files,
+        trackers,
+        materialized: false,
+    })
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub(super) fn from_magnet(link: &str) -> Result<Entry, BackendError> {
+    let bad = |why: &str| BackendError::InvalidTorrent(format!("bad magnet link: {why}"));
+    let query = link
+        .get(..8)
+        .filter(|p| p.eq_ignore_ascii_case("magnet:?"))
+        .map(|_| &link[8..])
+        .ok_or_else(|| bad("not magnet:?"))?;
+    let mut hash = None;
+    let mut name = None;
+    let mut trackers = Vec::new();
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "xt" => {
+                let h = v
+                    .strip_prefix("urn:btih:")
+                    .ok_or_else(|| bad("xt is not urn:btih"))?;
+                hash = Some(
+                    TransferHash::parse_hex(h)
+                        .ok_or_else(|| bad("the info-hash is not 40 hex digits"))?,
+                );
+            }
+            "dn" => name = Some(percent_decode(v)),
+            "tr" => trackers.push(percent_decode(v)),
+            _ => {}
+        }
+    }
+    let hash = hash.ok_or_else(|| bad("no xt"))?;
+    if !matches!(hash, TransferHash::Bt(_)) {
+        return Err(bad("the info-hash is not 40 hex digits"));
+    }
+    let name = name.unwrap_or_else(|| hash.to_hex());
+    let mut v = TransferView::new(0, hash, name.as_str());
+    v.metadata_percent_complete = 0.0;
+    v.link = Arc::from(link);
+    let trackers = trackers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TrackerView {
+            id: i as u32,
+            tier: i as u32,
+            announce: Arc::from(t.as_str()),
+            ..TrackerView::default()
+        })
+        .collect();
+    Ok(Entry {
+        view: Arc::new(v),
+        files: Vec::new(),
+        trackers,
+        materialized: false,
+    })
+}
+
+pub(super) fn from_ed2k(link: &str) -> Result<Entry, BackendError> {
+    let l = weir_ed2k::link::FileLink::parse(link)
+        .map_err(|e| BackendError::InvalidTorrent(format!("bad ed2k link: {e}")))?;
+    let hash = TransferHash::Ed2k(l.hash.0);
+    let mut v = TransferView::new(0, hash, l.name.as_str());
+    const PART: u64 = 9_728_000;
+    v.total_size = l.size;
+    v.size_when_done = l.size;
+    v.left_until_done = l.size;
+    v.piece_size = PART;
+    v.piece_count = l.size.div_ceil(PART).max(1) as u32;
+    v.file_count = 1;
+    v.link = Arc::from(l.to_link().as_str());
+    let files = vec![FileView {
+        name: Arc::from(l.name.as_str()),
+        length: l.size,
+        bytes_completed: 0,
+        wanted: true,
+        priority: Priority::Normal,
+        begin_piece: 0,
+        end_piece: v.piece_count,
+    }];
+    Ok(Entry {
+        view: Arc::new(v),
+        files,
+        trackers: Vec::new(),
+        materialized: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+
+    #[test]
+    fn magnets() {
+        let e = from_magnet(
+            "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567&dn=my+file%21&tr=http%3A%2F%2Fx%2Fa",
+        )
+        .unwrap();
+        assert_eq!(&*e.view.name, "my file!");
+        assert_eq!(e.view.total_size, 0);
+        assert_eq!(&*e.trackers[0].announce, "http://x/a");
+        assert!(matches!(
+            from_magnet("magnet:?dn=x"),
+            Err(BackendError::InvalidTorrent(_))
+        ));
+        assert!(from_magnet("magnet:?xt=urn:btih:zz").is_err());
+        assert!(from_magnet("http://x").is_err());
+        assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("a%"), "a%");
+    }
+}

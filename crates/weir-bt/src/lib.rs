@@ -7,11 +7,14 @@
 //! - [`tracker`]: HTTP (BEP 3/7/23) and UDP (BEP 15) tracker codecs.
 //! - [`create`]: building `.torrent` files.
 //! - [`torrent`]: the torrent state machine and peer sessions.
+//! - [`mse`]: MSE/PE, the encrypted handshake in front of the BitTorrent
+//!   handshake (Diffie-Hellman, RC4), for initiators and responders.
 //!
 //! Nothing here performs I/O or reads a clock; `weir-runtime` drives it.
 
 pub mod create;
 pub mod metainfo;
+pub mod mse;
 pub mod torrent;
 pub mod tracker;
 pub mod wire;

@@ -6,6 +6,7 @@
 //!   extension protocol), zero-copy over `bytes`.
 //! - [`tracker`]: HTTP (BEP 3/7/23) and UDP (BEP 15) tracker codecs.
 //! - [`create`]: building `.torrent` files.
+//! - [`magnet`]: magnet URIs (btih, btmh, ed2k, trackers, peers, BEP 53).
 //! - [`torrent`]: the torrent state machine and peer sessions.
 //! - [`mse`]: MSE/PE, the encrypted handshake in front of the BitTorrent
 //!   handshake (Diffie-Hellman, RC4), for initiators and responders.
@@ -13,6 +14,7 @@
 //! Nothing here performs I/O or reads a clock; `weir-runtime` drives it.
 
 pub mod create;
+pub mod magnet;
 pub mod metainfo;
 pub mod mse;
 pub mod torrent;

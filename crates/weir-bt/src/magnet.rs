@@ -297,7 +297,6 @@ impl Magnet {
             _ => return Err(MagnetError::NotMagnet),
         };
         let mut m = Magnet::default();
-        let mut saw_xt = false;
         let mut params = 0usize;
         for part in query.split('&') {
             if part.is_empty() {
@@ -319,7 +318,6 @@ impl Magnet {
             match base {
                 "xt" => {
                     let v = decode(&key, raw)?;
-                    saw_xt = true;
                     m.add_xt(&v)?;
                 }
                 "dn" => {
@@ -393,10 +391,7 @@ impl Magnet {
         }
         match (m.info_hash, m.info_hash_v2, m.ed2k) {
             (None, Some(_), None) => Err(MagnetError::V2Only),
-            (None, None, None) => {
-                let _ = saw_xt;
-                Err(MagnetError::MissingXt)
-            }
+            (None, None, None) => Err(MagnetError::MissingXt),
             _ => Ok(m),
         }
     }
@@ -689,11 +684,15 @@ fn parse_peer(v: &str) -> Result<PeerAddr> {
         reason,
     };
     let (host, port) = if let Some(rest) = v.strip_prefix('[') {
-        let (h, p) = rest.split_once("]:").ok_or_else(|| bad("expected [ipv6]:port"))?;
+        let (h, p) = rest
+            .split_once("]:")
+            .ok_or_else(|| bad("expected [ipv6]:port"))?;
         let ip: std::net::Ipv6Addr = h.parse().map_err(|_| bad("not an IPv6 address"))?;
         (Some(IpAddr::V6(ip)), (h, p).1)
     } else {
-        let (h, p) = v.rsplit_once(':').ok_or_else(|| bad("expected host:port"))?;
+        let (h, p) = v
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected host:port"))?;
         if h.contains(':') {
             return Err(bad("IPv6 addresses must be in brackets"));
         }

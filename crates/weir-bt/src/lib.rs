@@ -1,5 +1,7 @@
 //! Sans-IO BitTorrent v1 protocol core for weir.
 //!
+//! - [`metadata`]: BEP 9 metadata exchange (fetching and serving the info
+//!   dictionary for magnet links).
 //! - [`metainfo`]: `.torrent` parsing and checking (info-hash, geometry,
 //!   safe file names).
 //! - [`wire`]: the peer wire codec (BEP 3, BEP 6 fast extension, BEP 10
@@ -15,6 +17,7 @@
 
 pub mod create;
 pub mod magnet;
+pub mod metadata;
 pub mod metainfo;
 pub mod mse;
 pub mod torrent;

@@ -10,6 +10,8 @@
 //! - [`create`]: building `.torrent` files.
 //! - [`magnet`]: magnet URIs (btih, btmh, ed2k, trackers, peers, BEP 53).
 //! - [`torrent`]: the torrent state machine and peer sessions.
+//! - [`pex`]: BEP 11 peer exchange (codec and a per-connection state with
+//!   send and receive bounds).
 //! - [`mse`]: MSE/PE, the encrypted handshake in front of the BitTorrent
 //!   handshake (Diffie-Hellman, RC4), for initiators and responders.
 //!
@@ -20,6 +22,7 @@ pub mod magnet;
 pub mod metadata;
 pub mod metainfo;
 pub mod mse;
+pub mod pex;
 pub mod torrent;
 pub mod tracker;
 pub mod wire;

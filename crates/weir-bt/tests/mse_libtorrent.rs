@@ -383,7 +383,7 @@ async fn serve_leecher(
         let r = hs.handle_input(&tmp[..n], &skeys, &mut out)?;
         sock.write_all(&out).await?;
         match r {
-            Some(Accepted::Encrypted(e)) => break e,
+            Some(Accepted::Encrypted(e)) => break *e,
             Some(Accepted::Plaintext(_)) => bail!("libtorrent (forced) sent plaintext"),
             None => {}
         }

@@ -17,8 +17,8 @@ pub enum Accepted {
     /// A plaintext BitTorrent handshake: every byte received so far, to be
     /// fed to the BitTorrent handshake decoder as they are.
     Plaintext(Vec<u8>),
-    /// A completed MSE handshake.
-    Encrypted(Established),
+    /// A completed MSE handshake (boxed: it holds two RC4 states).
+    Encrypted(Box<Established>),
 }
 
 enum State {
@@ -287,12 +287,12 @@ impl Responder {
                         }),
                         _ => None,
                     };
-                    return Ok(Some(Accepted::Encrypted(Established {
+                    return Ok(Some(Accepted::Encrypted(Box::new(Established {
                         info_hash: self.info_hash,
                         crypto,
                         cipher,
                         payload,
-                    })));
+                    }))));
                 }
                 State::Over => return Ok(None),
             }

@@ -152,6 +152,9 @@ fn expected(ip: Encryption, rp: Encryption) -> Option<(Outgoing, Option<Crypto>)
     None
 }
 
+/// Both ends of an established MSE connection: initiator, responder.
+type Sides = (Established, Box<Established>);
+
 /// Runs the outgoing attempts of `ip` against a responder of `rp`, each on
 /// a fresh connection, as the runtime will. Returns the attempt that
 /// worked and both sides' outcome, or every attempt's errors.
@@ -160,7 +163,7 @@ fn connect(
     rp: Encryption,
     seed: u64,
     chunk: usize,
-) -> Result<(Outgoing, Option<(Established, Established)>), Vec<MseError>> {
+) -> Result<(Outgoing, Option<Sides>), Vec<MseError>> {
     let mut errors = Vec::new();
     for &att in ip.outgoing_attempts() {
         match att {
@@ -303,8 +306,9 @@ fn plaintext_only_mse_selects_plaintext_and_still_delivers_ia() {
     let Accepted::Encrypted(mut b) = b else {
         panic!("expected MSE")
     };
+    let b = &mut *b;
     assert_eq!(a.crypto, Crypto::Plaintext);
-    check_streams(&mut a, &mut b);
+    check_streams(&mut a, b);
 }
 
 #[test]
@@ -352,7 +356,7 @@ fn garbage_before_the_handshake_is_refused() {
         resp.handle_input(&junk[..limit - 1], &keys, &mut out),
         Ok(None)
     ));
-    assert_eq!(out.len() >= KEY_LEN, true, "Yb sent after Ya");
+    assert!(out.len() >= KEY_LEN, "Yb sent after Ya");
     assert!(matches!(
         resp.handle_input(&junk[limit - 1..limit], &keys, &mut out),
         Err(MseError::SyncNotFound { limit: l, .. }) if l == limit

@@ -13,6 +13,12 @@
 //!   policy, `prefer`), which serves the whole torrent; the leecher's file
 //!   must be byte-identical.
 //!
+//! libtorrent 2.0.8 hashes a shared secret that starts with a zero byte
+//! without that byte for `HASH('req3', S)` and then drops the connection
+//! (measured here: 3 of 600 handshakes, each with `short_secret()` set,
+//! and every other one succeeded). Such attempts are retried with new
+//! keys, as the runtime will; any other failure fails the test.
+//!
 //! Without root, namespaces or python3-libtorrent the tests skip; with
 //! `CI` set they fail instead (weir_lab::ci).
 
@@ -247,14 +253,33 @@ fn expected_block(offset: u64, len: usize) -> Vec<u8> {
     b
 }
 
-/// weir (initiator, `require`) against the encryption-only seeder.
+/// How one dial attempt ended.
+enum Dial {
+    /// The block arrived: the crypto and its length.
+    Done(Crypto, usize),
+    /// libtorrent closed during MSE after a secret with a leading zero.
+    ShortSecret,
+}
+
+/// [`dial_once`] with fresh keys while libtorrent's short-secret bug hits.
 async fn dial_seeder(addr: SocketAddr, info_hash: [u8; 20]) -> anyhow::Result<(Crypto, usize)> {
+    for attempt in 0..4u64 {
+        match dial_once(addr, info_hash, 0x1234 + attempt).await? {
+            Dial::Done(c, n) => return Ok((c, n)),
+            Dial::ShortSecret => eprintln!("attempt {attempt}: short secret, retrying"),
+        }
+    }
+    bail!("four short secrets in a row")
+}
+
+/// weir (initiator, `require`) against the encryption-only seeder.
+async fn dial_once(addr: SocketAddr, info_hash: [u8; 20], seed: u64) -> anyhow::Result<Dial> {
     let sock = tokio::net::TcpSocket::new_v4()?;
     sock.bind("127.0.0.2:0".parse()?)?;
     let mut sock = sock.connect(addr).await?;
     let mut ia = BytesMut::new();
     Handshake::new(info_hash, *b"-WR0001-mse-interop1").encode(&mut ia);
-    let mut rng = fastrand::Rng::with_seed(0x1234);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut hs = Initiator::new(
         MseConfig::new(Encryption::Require),
         info_hash,
@@ -266,7 +291,10 @@ async fn dial_seeder(addr: SocketAddr, info_hash: [u8; 20]) -> anyhow::Result<(C
     let mut tmp = vec![0u8; 4096];
     let mut got = 0usize;
     let est = loop {
-        let n = sock.read(&mut tmp).await?;
+        let n = sock.read(&mut tmp).await.unwrap_or(0);
+        if n == 0 && hs.short_secret() {
+            return Ok(Dial::ShortSecret);
+        }
         if n == 0 {
             bail!("libtorrent closed during the MSE handshake after sending {got} bytes ({hs:?})");
         }
@@ -321,7 +349,7 @@ async fn dial_seeder(addr: SocketAddr, info_hash: [u8; 20]) -> anyhow::Result<(C
                 if data[..] != expect[..] {
                     bail!("block data differs from the payload");
                 }
-                return Ok((crypto, data.len()));
+                return Ok(Dial::Done(crypto, data.len()));
             }
             _ => {}
         }
@@ -369,23 +397,36 @@ async fn serve_leecher(
     info_hash: [u8; 20],
     data: Vec<u8>,
 ) -> anyhow::Result<(Crypto, u32)> {
-    let (mut sock, _) = listener.accept().await?;
     let skeys = Skeys::from_info_hashes([&[0xab; 20], &info_hash]);
     let mut rng = fastrand::Rng::with_seed(0x4321);
-    let mut hs = Responder::new(MseConfig::default(), &mut rng, Instant::now());
     let mut tmp = vec![0u8; 4096];
-    let est = loop {
-        let n = sock.read(&mut tmp).await?;
-        if n == 0 {
-            bail!("libtorrent closed during the MSE handshake");
+    let mut attempts = 0;
+    let (sock, est) = 'accept: loop {
+        attempts += 1;
+        if attempts > 4 {
+            bail!("four short secrets in a row");
         }
-        let mut out = Vec::new();
-        let r = hs.handle_input(&tmp[..n], &skeys, &mut out)?;
-        sock.write_all(&out).await?;
-        match r {
-            Some(Accepted::Encrypted(e)) => break *e,
-            Some(Accepted::Plaintext(_)) => bail!("libtorrent (forced) sent plaintext"),
-            None => {}
+        let (mut sock, _) = listener.accept().await?;
+        let mut hs = Responder::new(MseConfig::default(), &mut rng, Instant::now());
+        loop {
+            let n = sock.read(&mut tmp).await?;
+            if n == 0 {
+                bail!("libtorrent closed during the MSE handshake");
+            }
+            let mut out = Vec::new();
+            let r = match hs.handle_input(&tmp[..n], &skeys, &mut out) {
+                Err(weir_bt::mse::MseError::UnknownInfoHash) if hs.short_secret() => {
+                    eprintln!("attempt {attempts}: short secret, awaiting libtorrent's retry");
+                    continue 'accept;
+                }
+                r => r?,
+            };
+            sock.write_all(&out).await?;
+            match r {
+                Some(Accepted::Encrypted(e)) => break 'accept (sock, *e),
+                Some(Accepted::Plaintext(_)) => bail!("libtorrent (forced) sent plaintext"),
+                None => {}
+            }
         }
     };
     if est.info_hash != info_hash {

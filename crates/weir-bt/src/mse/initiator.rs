@@ -47,6 +47,7 @@ pub struct Initiator {
     dec: Option<Rc4Stream>,
     deadline: Instant,
     error: Option<MseError>,
+    short_secret: bool,
 }
 
 impl Initiator {
@@ -89,6 +90,7 @@ impl Initiator {
             dec: None,
             deadline: now + cfg.timeout,
             error: None,
+            short_secret: false,
         })
     }
 
@@ -114,6 +116,17 @@ impl Initiator {
             return Err(self.fail(MseError::Timeout(self.cfg.timeout)));
         }
         Ok(())
+    }
+
+    /// Whether the shared secret begins with a zero byte (known once Yb
+    /// arrived; about 1 handshake in 256). libtorrent 2.0 (2.0.8 at least)
+    /// hashes such a secret without its leading zeros when it computes
+    /// `HASH('req3', S)`, cannot find the torrent, and closes the
+    /// connection. When an attempt fails with this set, the runtime should
+    /// retry MSE at once with a fresh `Initiator` (new keys) instead of
+    /// falling back to plaintext.
+    pub fn short_secret(&self) -> bool {
+        self.short_secret
     }
 
     /// Feeds bytes received from the responder; appends what to send to
@@ -150,6 +163,7 @@ impl Initiator {
                         return Ok(None);
                     }
                     let s = self.keys.shared(&self.buf[..KEY_LEN])?;
+                    self.short_secret = s[0] == 0;
                     self.buf.drain(..KEY_LEN);
                     let (mut enc, mut dec) = streams(&s, &self.info_hash);
                     out.extend_from_slice(&hash(&[b"req1", &s]));

@@ -56,6 +56,7 @@ pub struct Responder {
     dec: Option<Rc4Stream>,
     deadline: Instant,
     error: Option<MseError>,
+    short_secret: bool,
 }
 
 impl Responder {
@@ -77,7 +78,17 @@ impl Responder {
             dec: None,
             deadline: now + cfg.timeout,
             error: None,
+            short_secret: false,
         }
+    }
+
+    /// Whether the shared secret begins with a zero byte. A libtorrent 2.0
+    /// initiator then sends a wrong `HASH('req3', S)` (see
+    /// [`super::Initiator::short_secret`]), so [`MseError::UnknownInfoHash`]
+    /// with this set is that bug, not a stranger asking for a torrent we
+    /// do not have; libtorrent reconnects with new keys.
+    pub fn short_secret(&self) -> bool {
+        self.short_secret
     }
 
     /// When [`Responder::handle_timeout`] must be called.
@@ -160,6 +171,7 @@ impl Responder {
                         return Ok(None);
                     }
                     let s = self.keys.shared(&self.buf[..KEY_LEN])?;
+                    self.short_secret = s[0] == 0;
                     self.buf.drain(..KEY_LEN);
                     out.extend_from_slice(self.keys.public());
                     out.extend_from_slice(&self.pad_b);

@@ -22,236 +22,20 @@
 //! Without root, namespaces or python3-libtorrent the tests skip; with
 //! `CI` set they fail instead (weir_lab::ci).
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::BytesMut;
+use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use weir_bt::mse::{
-    Accepted, Crypto, Encryption, Initiator, MseCipher, MseConfig, Responder, Skeys,
-};
+use weir_bt::mse::{Accepted, Crypto, Encryption, Initiator, MseConfig, Responder, Skeys};
 use weir_bt::wire::{self, BlockRef, Handshake, Limits, Message};
-use weir_lab::{Netns, Proc, TempDir, ci, payload, torrent};
+use weir_lab::{Netns, payload};
 
-const PYTHON: &str = "/usr/bin/python3";
 const SIZE: u64 = 256 * 1024;
-const PIECE: u64 = 16 * 1024;
-const SEED: u64 = 0x3ee;
-
-/// libtorrent with forced RC4 encryption, seeding or leeching one torrent.
-const LT_SCRIPT: &str = r#"
-import argparse, sys, time
-import libtorrent as lt
-ap = argparse.ArgumentParser()
-ap.add_argument('mode', choices=['seed', 'leech'])
-ap.add_argument('--torrent', required=True)
-ap.add_argument('--dir', required=True)
-ap.add_argument('--ip', required=True)
-ap.add_argument('--port', type=int, required=True)
-ap.add_argument('--peer')
-ap.add_argument('--flag', required=True)
-ap.add_argument('--timeout', type=float, default=60.0)
-a = ap.parse_args()
-s = lt.default_settings()
-s.update({
-    'listen_interfaces': f'{a.ip}:{a.port}',
-    'outgoing_interfaces': a.ip,
-    'enable_dht': False, 'dht_bootstrap_nodes': '', 'enable_lsd': False,
-    'enable_upnp': False, 'enable_natpmp': False, 'enable_ip_notifier': False,
-    'enable_incoming_utp': False, 'enable_outgoing_utp': False,
-    'allow_multiple_connections_per_ip': True,
-    'out_enc_policy': int(lt.enc_policy.forced),
-    'in_enc_policy': int(lt.enc_policy.forced),
-    'allowed_enc_level': int(lt.enc_level.rc4),
-    'alert_mask': lt.alert.category_t.status_notification | lt.alert.category_t.error_notification | lt.alert.category_t.peer_log_notification | lt.alert.category_t.peer_notification,
-})
-ses = lt.session(s, 0)
-p = lt.add_torrent_params()
-p.ti = lt.torrent_info(a.torrent)
-p.save_path = a.dir
-p.flags |= lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | lt.torrent_flags.disable_pex
-h = ses.add_torrent(p)
-deadline = time.time() + a.timeout
-last = 0.0
-while time.time() < deadline:
-    ses.wait_for_alert(100)
-    for al in ses.pop_alerts():
-        print(al.message(), file=sys.stderr, flush=True)
-    st = h.status()
-    if a.mode == 'seed' and st.is_seeding:
-        open(a.flag, 'w').close()
-    if a.mode == 'leech':
-        if st.is_seeding:
-            open(a.flag, 'w').close()
-            print('finished', flush=True)
-            sys.exit(0)
-        if st.num_peers == 0 and time.time() - last > 1.0:
-            last = time.time()
-            host, port = a.peer.rsplit(':', 1)
-            h.connect_peer((host, int(port)))
-print('timeout', file=sys.stderr, flush=True)
-sys.exit(3)
-"#;
-
-fn ready() -> anyhow::Result<bool> {
-    if !ci::require_root_and_netns()? || !ci::require_program(PYTHON)? {
-        return Ok(false);
-    }
-    let ok = Command::new(PYTHON)
-        .args(["-c", "import libtorrent"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        ci::unavailable("python3-libtorrent is not importable")?;
-        return Ok(false);
-    }
-    Ok(true)
-}
-
-struct Setup {
-    dir: TempDir,
-    data: PathBuf,
-    torrent: PathBuf,
-    info_hash: [u8; 20],
-    script: PathBuf,
-}
-
-fn setup(tag: &str) -> anyhow::Result<Setup> {
-    let dir = TempDir::new(tag)?;
-    let data = dir.subdir("seed")?;
-    let file = data.join("payload.bin");
-    payload::write(&file, SIZE, SEED)?;
-    let t = dir.path().join("payload.torrent");
-    let info = torrent::make(&file, PIECE, None, &t)?;
-    let script = dir.path().join("lt_mse.py");
-    std::fs::write(&script, LT_SCRIPT)?;
-    Ok(Setup {
-        data,
-        torrent: t,
-        info_hash: info.info_hash,
-        script,
-        dir,
-    })
-}
-
-fn start_lt(
-    ns: &Netns,
-    s: &Setup,
-    mode: &str,
-    dir: &Path,
-    ip: &str,
-    port: u16,
-    peer: Option<&str>,
-) -> anyhow::Result<(Proc, PathBuf)> {
-    let flag = s.dir.path().join(format!("{mode}.flag"));
-    let mut cmd = ns.command(PYTHON);
-    cmd.arg(&s.script)
-        .arg(mode)
-        .arg("--torrent")
-        .arg(&s.torrent)
-        .arg("--dir")
-        .arg(dir)
-        .args(["--ip", ip, "--port", &port.to_string()])
-        .arg("--flag")
-        .arg(&flag);
-    if let Some(p) = peer {
-        cmd.args(["--peer", p]);
-    }
-    let p = Proc::spawn_logged(&format!("lt-{mode}"), &mut cmd, s.dir.path())?;
-    Ok((p, flag))
-}
-
-fn wait_flag(p: &mut Proc, flag: &Path, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !flag.exists() {
-        if p.try_wait()?.is_some() {
-            return Err(p.failure("exited before its flag appeared"));
-        }
-        if Instant::now() >= deadline {
-            return Err(p.failure("flag did not appear in time"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
-}
-
-/// A BitTorrent connection through an optional RC4 cipher.
-struct Conn {
-    sock: TcpStream,
-    cipher: Option<MseCipher>,
-    buf: BytesMut,
-}
-
-impl Conn {
-    async fn write(&mut self, mut bytes: Vec<u8>) -> anyhow::Result<()> {
-        if let Some(c) = self.cipher.as_mut() {
-            c.encrypt.apply_keystream(&mut bytes);
-        }
-        self.sock.write_all(&bytes).await?;
-        Ok(())
-    }
-
-    async fn send(&mut self, m: &Message) -> anyhow::Result<()> {
-        let mut out = BytesMut::new();
-        wire::encode(m, &mut out);
-        self.write(out.to_vec()).await
-    }
-
-    /// Reads more bytes, decrypted; `false` at end of stream.
-    async fn fill(&mut self) -> anyhow::Result<bool> {
-        let mut tmp = vec![0u8; 64 * 1024];
-        let n = self.sock.read(&mut tmp).await?;
-        if n == 0 {
-            return Ok(false);
-        }
-        tmp.truncate(n);
-        if let Some(c) = self.cipher.as_mut() {
-            c.decrypt.apply_keystream(&mut tmp);
-        }
-        self.buf.extend_from_slice(&tmp);
-        Ok(true)
-    }
-
-    async fn handshake(&mut self) -> anyhow::Result<Handshake> {
-        loop {
-            if let Some(h) = Handshake::decode(&self.buf)? {
-                let _ = self.buf.split_to(Handshake::LEN);
-                return Ok(h);
-            }
-            if !self.fill().await? {
-                bail!("closed before the BitTorrent handshake");
-            }
-        }
-    }
-
-    async fn recv(&mut self, limits: &Limits) -> anyhow::Result<Option<Message>> {
-        loop {
-            if let Some(m) = wire::decode(&mut self.buf, limits)? {
-                return Ok(Some(m));
-            }
-            if !self.fill().await? {
-                return Ok(None);
-            }
-        }
-    }
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
-}
-
-fn expected_block(offset: u64, len: usize) -> Vec<u8> {
-    let mut b = vec![0u8; len];
-    payload::fill(&mut b, offset, SEED);
-    b
-}
 
 /// How one dial attempt ended.
 enum Dial {
@@ -364,9 +148,17 @@ fn weir_dials_an_encryption_only_libtorrent_seeder() -> anyhow::Result<()> {
     if !ready()? {
         return Ok(());
     }
-    let s = setup("mse-lt-seed")?;
+    let s = setup("mse-lt-seed", SIZE)?;
     let ns = Netns::new("mse-seed")?;
-    let (mut seed, flag) = start_lt(&ns, &s, "seed", &s.data, "127.0.0.1", 6881, None)?;
+    let (mut seed, flag) = start_lt(
+        &ns,
+        &s,
+        "seed",
+        &s.data,
+        "127.0.0.1:6881".parse()?,
+        None,
+        &["--forced-enc"],
+    )?;
     wait_flag(&mut seed, &flag, Duration::from_secs(60))?;
     let addr: SocketAddr = "127.0.0.1:6881".parse()?;
     ns.wait_port(addr, Duration::from_secs(20))?;
@@ -489,7 +281,7 @@ fn encryption_only_libtorrent_leecher_downloads_from_a_weir_responder() -> anyho
     if !ready()? {
         return Ok(());
     }
-    let s = setup("mse-lt-leech")?;
+    let s = setup("mse-lt-leech", SIZE)?;
     let ns = Netns::new("mse-leech")?;
     let out = s.dir.subdir("lt-out")?;
     let data = std::fs::read(s.data.join("payload.bin"))?;
@@ -507,9 +299,9 @@ fn encryption_only_libtorrent_leecher_downloads_from_a_weir_responder() -> anyho
         &s,
         "leech",
         &out,
-        "127.0.0.2",
-        6891,
+        "127.0.0.2:6891".parse()?,
         Some("127.0.0.1:6890"),
+        &["--forced-enc"],
     )?;
     let served = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(60), serve_leecher(listener, ih, data))

@@ -19,7 +19,8 @@
 //!   `0,2,4-6`), `ws` (web seeds, kept but unused). Unknown parameters are
 //!   ignored.
 //!
-//! Values are percent-decoded (`+` is a space, as browsers write it);
+//! Values are percent-decoded (in `dn` a `+` is a space, as browsers
+//! write it; in tracker and web seed URLs it stays a `+`);
 //! `%` not followed by two hex digits is an error. Everything is bounded
 //! (URI length, parameter count, trackers, peers, ranges) and every error
 //! names the parameter and what is wrong with it. [`Magnet::to_uri`]
@@ -516,7 +517,8 @@ fn set_once<T: PartialEq>(slot: &mut Option<T>, v: T, kind: &'static str) -> Res
     }
 }
 
-/// Percent-decodes one value (`+` is a space) into UTF-8.
+/// Percent-decodes one value into UTF-8 (in `dn`, `+` is a space; in URLs
+/// and addresses it stays a `+`).
 fn decode(param: &str, raw: &str) -> Result<String> {
     let b = raw.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -537,7 +539,7 @@ fn decode(param: &str, raw: &str) -> Result<String> {
                 }
                 i += 3;
             }
-            b'+' => {
+            b'+' if param == "dn" => {
                 out.push(b' ');
                 i += 1;
             }

@@ -12,7 +12,7 @@ fn ih() -> [u8; 20] {
 fn typical_magnet() {
     let m = Magnet::parse(&format!(
         "magnet:?xt=urn:btih:{}&dn=Some+File%20%C3%A9.iso&tr=udp%3A%2F%2Ftracker.example.org%3A6969%2Fannounce\
-         &tr=http://t.example/ann?k=1&x.pe=127.0.0.1:6881&x.pe=[::1]:51413&x.pe=Peer.Example:80\
+         &tr=http://t.example/ann?k=1+2&x.pe=127.0.0.1:6881&x.pe=[::1]:51413&x.pe=Peer.Example:80\
          &so=0,2,4-6&xl=1024&ws=http://ws.example/f&unknown=zzz&tr=wss://wt.example",
         HEX.to_uppercase()
     ))
@@ -23,7 +23,7 @@ fn typical_magnet() {
         m.trackers,
         [
             "udp://tracker.example.org:6969/announce",
-            "http://t.example/ann?k=1"
+            "http://t.example/ann?k=1+2"
         ]
     );
     assert_eq!(m.unsupported_trackers, ["wss://wt.example"]);

@@ -1,42 +1,4 @@
-//! Fetching one info dictionary from many peers.
-//!
-//! # Driving it
-//!
-//! 1. [`MetadataFetcher::new`] for the magnet's info-hash.
-//! 2. For each connection whose extension handshake arrived:
-//!    [`MetadataFetcher::add_peer`]; when it closes,
-//!    [`MetadataFetcher::remove_peer`].
-//! 3. Each decoded `Data`/`Reject` message from a peer:
-//!    [`MetadataFetcher::handle_message`].
-//! 4. After every call, drain [`MetadataFetcher::poll_send`] (frames to
-//!    write) and [`MetadataFetcher::poll_event`] (peers to drop, done);
-//!    sleep until [`MetadataFetcher::poll_timeout`] and call
-//!    [`MetadataFetcher::handle_timeout`].
-//! 5. [`MetadataFetcher::result`]: the verified metadata (or why the
-//!    verified dictionary is unusable).
-//!
-//! # Requests in flight
-//!
-//! Each peer has a [`Pipeline`] for 16 KiB pieces: it starts at 4 requests,
-//! grows by one per piece received (slow start), is re-sized from the
-//! measured rate and round trip like block pipelines, halves on a timeout,
-//! and never exceeds [`FetcherConfig::max_in_flight`] (16). Pieces nobody
-//! was asked for go first; when none are left, an idle peer duplicates a
-//! piece that is in flight at one other peer (at most two requesters per
-//! piece), so a slow peer never holds up the end.
-//!
-//! # Never trusting
-//!
-//! A peer is only asked for the size the most peers agree on (a peer that
-//! claims another size waits as a candidate; a `data` message whose
-//! `total_size` differs from its peer's claim drops that peer). The whole
-//! dictionary is hashed when its last piece arrives. On a mismatch:
-//! pieces from one peer only: that peer lied and is dropped. Pieces from
-//! several: the mixed copy is kept, and the dictionary is fetched again
-//! from one peer at a time; the first copy that verifies convicts every
-//! peer whose pieces in the mixed copy differ from it, and a single-peer
-//! copy that fails convicts its peer. Convicted peers are dropped
-//! ([`FetchEvent::Drop`]) and counted ([`FetchStats::liars`]).
+//! Fetching one info dictionary from many peers: [`MetadataFetcher`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -189,7 +151,45 @@ enum Mode {
     Waiting,
 }
 
-/// Fetches one info dictionary. See the [module docs](self).
+/// Fetches one info dictionary from many peers.
+///
+/// # Driving it
+///
+/// 1. [`MetadataFetcher::new`] for the magnet's info-hash.
+/// 2. For each connection whose extension handshake arrived:
+///    [`MetadataFetcher::add_peer`]; when it closes,
+///    [`MetadataFetcher::remove_peer`].
+/// 3. Each decoded `Data`/`Reject` message from a peer:
+///    [`MetadataFetcher::handle_message`].
+/// 4. After every call, drain [`MetadataFetcher::poll_send`] (frames to
+///    write) and [`MetadataFetcher::poll_event`] (peers to drop, done);
+///    sleep until [`MetadataFetcher::poll_timeout`] and call
+///    [`MetadataFetcher::handle_timeout`].
+/// 5. [`MetadataFetcher::result`]: the verified metadata (or why the
+///    verified dictionary is unusable).
+///
+/// # Requests in flight
+///
+/// Each peer has a [`Pipeline`] for 16 KiB pieces: it starts at 4 requests,
+/// grows by one per piece received (slow start), is re-sized from the
+/// measured rate and round trip like block pipelines, halves on a timeout,
+/// and never exceeds [`FetcherConfig::max_in_flight`] (16). Pieces nobody
+/// was asked for go first; when none are left, an idle peer duplicates a
+/// piece that is in flight at one other peer (at most two requesters per
+/// piece), so a slow peer never holds up the end.
+///
+/// # Never trusting
+///
+/// A peer is only asked for the size the most peers agree on (a peer that
+/// claims another size waits as a candidate; a `data` message whose
+/// `total_size` differs from its peer's claim drops that peer). The whole
+/// dictionary is hashed when its last piece arrives. On a mismatch:
+/// pieces from one peer only: that peer lied and is dropped. Pieces from
+/// several: the mixed copy is kept, and the dictionary is fetched again
+/// from one peer at a time; the first copy that verifies convicts every
+/// peer whose pieces in the mixed copy differ from it, and a single-peer
+/// copy that fails convicts its peer. Convicted peers are dropped
+/// ([`FetchEvent::Drop`]) and counted ([`FetchStats::liars`]).
 pub struct MetadataFetcher {
     info_hash: [u8; 20],
     cfg: FetcherConfig,

@@ -19,10 +19,11 @@
 //! # Driving it
 //!
 //! After the extension handshake, if the peer's `m` has `ut_pex`, create a
-//! [`PexState`]. At [`PexState::poll_timeout`] call
-//! [`PexState::poll_message`] with the session's current peers (without
-//! this peer) and send the returned payload framed with [`frame`]. Extended
-//! messages arriving on [`LOCAL_ID`] go to [`PexState::handle_message`].
+//! [`PexState`]. Whenever the session's peer set changes, and at
+//! [`PexState::poll_timeout`], call [`PexState::poll_message`] with the
+//! session's current peers (without this peer) and send what it returns,
+//! framed with [`frame`] on the peer's ut_pex id. Extended messages
+//! arriving on [`LOCAL_ID`] go to [`PexState::handle_message`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -347,6 +348,9 @@ pub struct PexState {
     /// What the peer has been told is connected (with the flags told).
     told: BTreeMap<SocketAddr, PexFlags>,
     next_send: Instant,
+    /// The last check found nothing to say: no timer until the peer set
+    /// changes (the caller then calls `poll_message` again).
+    idle: bool,
     last_received: Option<Instant>,
     tokens: f64,
     refilled: Instant,
@@ -364,6 +368,7 @@ impl PexState {
             cfg,
             told: BTreeMap::new(),
             next_send: now,
+            idle: false,
             last_received: None,
             refilled: now,
             known: BTreeSet::new(),
@@ -372,9 +377,11 @@ impl PexState {
         }
     }
 
-    /// When the next message may be sent.
-    pub fn poll_timeout(&self) -> Instant {
-        self.next_send
+    /// When to call [`PexState::poll_message`] next: the time the next
+    /// message may go, or `None` when the last call found nothing to say
+    /// (call it again when the session's peers change).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        (!self.idle).then_some(self.next_send)
     }
 
     /// The message to send now, if one is due and something changed:
@@ -387,6 +394,8 @@ impl PexState {
         current: &BTreeMap<SocketAddr, PexFlags>,
     ) -> Option<PexMessage> {
         if now < self.next_send {
+            // Something may have changed: look again when allowed.
+            self.idle = false;
             return None;
         }
         let mut msg = PexMessage::default();
@@ -415,8 +424,10 @@ impl PexState {
             }
         }
         if msg.added.is_empty() && msg.dropped.is_empty() {
+            self.idle = true;
             return None;
         }
+        self.idle = false;
         for p in &msg.added {
             self.told.insert(p.addr, p.flags);
         }

@@ -117,11 +117,12 @@ fn oversized_lists_are_truncated_and_counted_and_bad_entries_skipped() {
 fn sends_what_changed_at_most_once_a_minute() {
     let t0 = epoch();
     let mut s = PexState::new(PexConfig::default(), t0);
-    assert_eq!(s.poll_timeout(), t0);
+    assert_eq!(s.poll_timeout(), Some(t0));
     assert!(
         s.poll_message(t0, &BTreeMap::new()).is_none(),
         "nothing to say"
     );
+    assert_eq!(s.poll_timeout(), None, "idle until the peers change");
     let mut cur = peers(3);
     cur.insert(v6(1, 1), PexFlags::default());
     let m = s.poll_message(t0, &cur).unwrap();
@@ -132,7 +133,7 @@ fn sends_what_changed_at_most_once_a_minute() {
     cur.insert(v4(9, 1), PexFlags::default());
     let t1 = t0 + Duration::from_secs(59);
     assert!(s.poll_message(t1, &cur).is_none());
-    assert_eq!(s.poll_timeout(), t0 + Duration::from_secs(60));
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(60)));
     let t2 = t0 + Duration::from_secs(60);
     let m = s.poll_message(t2, &cur).unwrap();
     assert_eq!(
@@ -172,6 +173,7 @@ fn large_changes_go_out_50_per_list_over_several_messages() {
     }
     assert_eq!(told, 190);
     assert!(s.poll_message(t, &cur).is_none());
+    assert_eq!(s.poll_timeout(), None);
 }
 
 #[test]

@@ -51,9 +51,11 @@ pub struct Initiator {
 }
 
 impl Initiator {
-    /// Starts a handshake for the torrent `info_hash`, carrying `ia` (the
-    /// BitTorrent handshake, usually) as initial payload. The first bytes
-    /// to send (Ya, PadA) are ready in [`Initiator::take_output`].
+    /// Starts a handshake for the torrent `info_hash`, carrying `ia` as
+    /// initial payload. The first bytes to send (Ya, PadA) are ready in
+    /// [`Initiator::take_output`]. Put at most the 68-byte BitTorrent
+    /// handshake in `ia`: libtorrent 2.0 drops a connection whose IA is
+    /// longer than 68 bytes; send the rest after the handshake.
     pub fn new(
         cfg: MseConfig,
         info_hash: [u8; 20],

@@ -161,9 +161,12 @@ fn hash(b: &[u8]) -> [u8; 20] {
     Sha1::digest(b).into()
 }
 
+/// `info` with one byte of piece `piece` flipped (the last piece may be
+/// only a few bytes long).
 fn corrupt(info: &[u8], piece: usize) -> Vec<u8> {
     let mut bad = info.to_vec();
-    bad[piece * PIECE_LEN + 100] ^= 0x55;
+    let len = piece_len(info.len() as u64, piece as u32);
+    bad[piece * PIECE_LEN + 100 % len] ^= 0x55;
     bad
 }
 

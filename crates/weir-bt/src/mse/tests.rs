@@ -214,7 +214,10 @@ fn check_streams(a: &mut Established, b: &mut Established) {
         for msg in [&b"first message"[..], &[0u8; 5000][..], b"x"] {
             let mut m = msg.to_vec();
             ca.encrypt.apply_keystream(&mut m);
-            assert_ne!(m, msg, "RC4 changes the bytes");
+            if msg.len() > 8 {
+                // A single keystream byte may be 0; 9 in a row never are here.
+                assert_ne!(m, msg, "RC4 changes the bytes");
+            }
             cb.decrypt.apply_keystream(&mut m);
             assert_eq!(m, msg);
             let mut r = msg.to_vec();

@@ -1,6 +1,7 @@
 //! The BEP 10 extension handshake (extended message id 0).
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use weir_bencode::{OwnedValue, Value};
 
@@ -23,7 +24,23 @@ pub struct ExtHandshake {
     pub metadata_size: Option<u64>,
     /// The receiver's address as the sender sees it (4 or 16 bytes).
     pub yourip: Option<Vec<u8>>,
+    /// `e`: the sender prefers encrypted connections (MSE), as libtorrent
+    /// and Transmission send it; PEX carries the same as a flag.
+    pub e: Option<bool>,
+    /// BEP 21 `upload_only`: the sender is a seed (or only uploads).
+    pub upload_only: Option<bool>,
+    /// The sender's own IPv4 address (`ipv4`, 4 bytes).
+    pub ipv4: Option<Ipv4Addr>,
+    /// The sender's own IPv6 address (`ipv6`, 16 bytes).
+    pub ipv6: Option<Ipv6Addr>,
 }
+
+/// The `m` name of BEP 9 metadata exchange.
+pub const UT_METADATA: &str = "ut_metadata";
+/// The `m` name of BEP 11 peer exchange.
+pub const UT_PEX: &str = "ut_pex";
+/// Most entries accepted in `m` (real clients send fewer than 16).
+pub const MAX_M_ENTRIES: usize = 128;
 
 fn bad(what: String) -> WireError {
     WireError::ExtHandshake(what)
@@ -40,6 +57,22 @@ fn ranged<T: TryFrom<i64>>(v: &Value<'_>, key: &str) -> Result<T, WireError> {
 }
 
 impl ExtHandshake {
+    /// The id the sender wants extension `name` sent on; `None` when absent
+    /// or 0 (disabled).
+    pub fn ext_id(&self, name: &str) -> Option<u8> {
+        self.m.get(name).copied().filter(|&id| id != 0)
+    }
+
+    /// [`ExtHandshake::yourip`] as an address (`None` unless 4 or 16 bytes).
+    pub fn yourip_addr(&self) -> Option<IpAddr> {
+        let b = self.yourip.as_deref()?;
+        match b.len() {
+            4 => Some(IpAddr::from(<[u8; 4]>::try_from(b).ok()?)),
+            16 => Some(IpAddr::from(<[u8; 16]>::try_from(b).ok()?)),
+            _ => None,
+        }
+    }
+
     /// The bencoded dictionary (the payload after the extended id byte 0).
     pub fn encode(&self) -> Vec<u8> {
         let mut m = OwnedValue::dict();
@@ -63,6 +96,18 @@ impl ExtHandshake {
         if let Some(ip) = &self.yourip {
             d.insert("yourip", OwnedValue::bytes(ip));
         }
+        if let Some(e) = self.e {
+            d.insert("e", OwnedValue::Int(i64::from(e)));
+        }
+        if let Some(u) = self.upload_only {
+            d.insert("upload_only", OwnedValue::Int(i64::from(u)));
+        }
+        if let Some(ip) = self.ipv4 {
+            d.insert("ipv4", OwnedValue::bytes(ip.octets()));
+        }
+        if let Some(ip) = self.ipv6 {
+            d.insert("ipv6", OwnedValue::bytes(ip.octets()));
+        }
         d.to_vec()
     }
 
@@ -80,6 +125,12 @@ impl ExtHandshake {
             let md = m
                 .as_dict()
                 .ok_or_else(|| bad(format!("`m` is a {}, expected dictionary", m.type_name())))?;
+            if md.entries.len() > MAX_M_ENTRIES {
+                return Err(bad(format!(
+                    "`m` has {} entries, at most {MAX_M_ENTRIES} accepted",
+                    md.entries.len()
+                )));
+            }
             for (k, v) in &md.entries {
                 let name = String::from_utf8_lossy(k).into_owned();
                 let id: u8 = ranged(v, &format!("m.{name}"))?;
@@ -107,6 +158,28 @@ impl ExtHandshake {
                 .ok_or_else(|| bad(format!("`yourip` is a {}, expected string", v.type_name())))?;
             out.yourip = Some(b.to_vec());
         }
+        // `e` and `upload_only`: any integer, non-zero meaning yes (clients
+        // disagree on 1 versus other values); a wrong type is an error.
+        if let Some(v) = d.get(b"e") {
+            out.e = Some(int(v, "e")? != 0);
+        }
+        if let Some(v) = d.get(b"upload_only") {
+            out.upload_only = Some(int(v, "upload_only")? != 0);
+        }
+        // `ipv4`/`ipv6` of the wrong length are ignored, not errors: they
+        // are advisory and some clients send them in text form.
+        if let Some(v) = d.get(b"ipv4") {
+            out.ipv4 = v
+                .as_bytes()
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(Ipv4Addr::from);
+        }
+        if let Some(v) = d.get(b"ipv6") {
+            out.ipv6 = v
+                .as_bytes()
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(Ipv6Addr::from);
+        }
         Ok(out)
     }
 }
@@ -123,13 +196,47 @@ mod tests {
             p: Some(6881),
             metadata_size: Some(31_235),
             yourip: Some(vec![127, 0, 0, 1]),
-            ..Default::default()
+            e: Some(true),
+            upload_only: Some(false),
+            ipv4: Some(Ipv4Addr::new(10, 0, 0, 1)),
+            ipv6: Some(Ipv6Addr::LOCALHOST),
+            m: BTreeMap::new(),
         };
         h.m.insert("ut_metadata".into(), 2);
         h.m.insert("ut_pex".into(), 0);
         let bytes = h.encode();
-        assert!(bytes.starts_with(b"d1:md11:ut_metadatai2e6:ut_pexi0ee"));
+        assert!(bytes.starts_with(b"d1:ei1e4:ipv44:"), "{bytes:?}");
         assert_eq!(ExtHandshake::decode(&bytes).unwrap(), h);
+        assert_eq!(h.ext_id(UT_METADATA), Some(2));
+        assert_eq!(h.ext_id(UT_PEX), None, "0 disables");
+        assert_eq!(h.ext_id("lt_donthave"), None);
+        assert_eq!(h.yourip_addr(), Some(IpAddr::from([127, 0, 0, 1])));
+    }
+
+    #[test]
+    fn libtorrent_style_handshake() {
+        // As libtorrent 2.0 sends it (trimmed).
+        let raw: &[u8] = b"d12:complete_agoi-1e1:ei0e4:ipv616:\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x011:md11:lt_donthavei7e10:share_modei8e11:upload_onlyi3e12:ut_holepunchi4e11:ut_metadatai2e6:ut_pexi1ee13:metadata_sizei31235e1:pi6881e4:reqqi500e11:upload_onlyi1e1:v18:libtorrent/2.0.8.06:yourip4:\x7f\0\0\x01e";
+        let h = ExtHandshake::decode(raw).unwrap();
+        assert_eq!(h.ext_id(UT_METADATA), Some(2));
+        assert_eq!(h.ext_id(UT_PEX), Some(1));
+        assert_eq!(h.metadata_size, Some(31_235));
+        assert_eq!(h.e, Some(false));
+        assert_eq!(h.upload_only, Some(true));
+        assert_eq!(h.ipv6, Some(Ipv6Addr::LOCALHOST));
+        assert_eq!(h.v.as_deref(), Some("libtorrent/2.0.8.0"));
+    }
+
+    #[test]
+    fn too_many_m_entries_refused() {
+        let mut h = ExtHandshake::default();
+        for i in 0..=MAX_M_ENTRIES {
+            h.m.insert(format!("x{i:04}"), 1);
+        }
+        let e = ExtHandshake::decode(&h.encode()).unwrap_err();
+        assert!(e.to_string().contains("entries"), "{e}");
+        h.m.pop_last();
+        assert!(ExtHandshake::decode(&h.encode()).is_ok());
     }
 
     #[test]
@@ -145,6 +252,8 @@ mod tests {
             b"d1:vi1ee",
             b"d13:metadata_sizei-5ee",
             b"d6:youripi1ee",
+            b"d1:e1:1e",
+            b"d11:upload_only0:e",
             b"li1ee",
             b"d1:pi1e",
         ] {

@@ -16,7 +16,7 @@
 mod ext;
 mod handshake;
 
-pub use ext::ExtHandshake;
+pub use ext::{ExtHandshake, MAX_M_ENTRIES, UT_METADATA, UT_PEX};
 pub use handshake::{Handshake, PROTOCOL};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};

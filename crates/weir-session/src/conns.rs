@@ -133,8 +133,8 @@ impl Session {
                 {
                     b.connected(c.addr, now);
                 }
-                self.ed2k.add_conn(conn, c.addr, local_ip, c.outgoing, now);
-                self.pump_ed2k(now);
+                let (addr, outgoing) = (c.addr, c.outgoing);
+                self.with_ed2k(now, |e| e.add_conn(conn, addr, local_ip, outgoing, now));
                 Ok(())
             }
             Established::Bt {
@@ -234,6 +234,16 @@ impl Session {
 
     /// Forgets a connection wherever it is (idempotent).
     pub(crate) fn forget_conn(&mut self, conn: ConnId, now: Instant, error: Option<String>) {
+        if self.lending
+            && self
+                .conns
+                .get(&conn)
+                .is_some_and(|c| c.proto == Proto::Bt && c.stage == Stage::Peer)
+        {
+            // Its torrent's content is lent out: after it comes back.
+            self.deferred.push((conn, error));
+            return;
+        }
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
@@ -255,11 +265,10 @@ impl Session {
                 }
             }
             Proto::Ed2k if c.stage == Stage::Peer => {
-                match error {
-                    Some(e) => self.ed2k.conn_error(conn, e, now),
-                    None => self.ed2k.remove_conn(conn, now),
-                }
-                self.pump_ed2k(now);
+                self.with_ed2k(now, |e| match error {
+                    Some(err) => e.conn_error(conn, err, now),
+                    None => e.remove_conn(conn, now),
+                });
             }
             _ => {}
         }
@@ -314,10 +323,11 @@ impl Session {
         match c.proto {
             Proto::Ed2kServer => self.server_packets(conn, pkts, now),
             Proto::Ed2k => {
-                for p in pkts {
-                    self.ed2k.handle_packet(conn, p, now);
-                }
-                self.pump_ed2k(now);
+                self.with_ed2k(now, |e| {
+                    for p in pkts {
+                        e.handle_packet(conn, p, now);
+                    }
+                });
             }
             Proto::Bt => {}
         }
@@ -336,10 +346,7 @@ impl Session {
                 }
                 self.pump_bt(id, now);
             }
-            (Proto::Ed2k, _) => {
-                self.ed2k.on_sent(conn, bytes, now);
-                self.pump_ed2k(now);
-            }
+            (Proto::Ed2k, _) => self.with_ed2k(now, |e| e.on_sent(conn, bytes, now)),
             _ => {}
         }
     }
@@ -357,13 +364,19 @@ impl Session {
         let Some(t) = self.transfers.get_mut(&id) else {
             return;
         };
-        if let Some(b) = t.bt.as_mut() {
-            b.torrent.handle_storage(ev, now);
-            self.pump_bt(id, now);
-        } else if let Some(e) = t.ed2k.as_ref() {
-            let file = e.file;
-            self.ed2k.handle_storage(file, ev, now);
-            self.pump_ed2k(now);
+        // An attached eD2k file's upload reads come back to the eD2k core;
+        // everything else of a torrent's storage is the torrent's.
+        let ed2k_read = matches!(&ev, StorageEvent::ReadDone { id, .. } if id & weir_ed2k::transfer::UPLOAD_READ != 0);
+        match (t.bt.as_mut(), t.ed2k.as_ref()) {
+            (Some(b), e) if !(ed2k_read && e.is_some()) => {
+                b.torrent.handle_storage(ev, now);
+                self.pump_bt(id, now);
+            }
+            (_, Some(e)) => {
+                let file = e.file;
+                self.with_ed2k(now, |c| c.handle_storage(file, ev, now));
+            }
+            _ => {}
         }
     }
 
@@ -382,8 +395,7 @@ impl Session {
             self.pump_bt(id, now);
         }
         if self.ed2k.poll_timeout().is_some_and(|t| t <= now) {
-            self.ed2k.handle_timeout(now);
-            self.pump_ed2k(now);
+            self.with_ed2k(now, |e| e.handle_timeout(now));
         }
         if self.next_dial.is_some_and(|t| t <= now) {
             self.next_dial = None;
@@ -444,8 +456,8 @@ impl Session {
                         _ => continue,
                     },
                     _ => match t.ed2k.as_mut() {
-                        Some(e) => (&mut e.book, Hello::Ed2k),
-                        None => continue,
+                        Some(e) if !t.ed2k_mismatch => (&mut e.book, Hello::Ed2k),
+                        _ => continue,
                     },
                 };
                 if let Some(d) = book.next_due(seeking) {

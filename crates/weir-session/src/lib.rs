@@ -32,6 +32,7 @@
 
 mod config;
 mod conns;
+mod mixed;
 mod pump;
 mod server;
 mod session;

@@ -45,7 +45,7 @@ impl Session {
                 BtEvent::Complete => self.on_complete(id, now),
                 BtEvent::CheckDone => self.on_checked(id, now),
                 BtEvent::Fatal(e) => self.on_failed(id, e, now),
-                BtEvent::Content(_) => {}
+                BtEvent::Content(ev) => self.on_content_event(id, ev, now),
             }
         }
         self.arm_bt_timer(id);
@@ -89,6 +89,9 @@ impl Session {
                         self.events
                             .push_back(SessionEvent::Storage { transfer: id, op });
                     }
+                }
+                Ed2kEvent::DigestsKnown { file } if self.mixed.iter().any(|m| m.1 == file) => {
+                    self.attached_digests_known(file);
                 }
                 Ed2kEvent::DigestsKnown { file } => {
                     if let (Some(&id), Some(digests)) =

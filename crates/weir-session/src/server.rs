@@ -133,7 +133,7 @@ impl Session {
             }
         }
         self.flush_server(i);
-        self.pump_ed2k(now);
+        self.pump_ed2k_lent(now);
         self.dial_more(now);
     }
 
@@ -220,6 +220,20 @@ impl Session {
 
     /// Offers every file we have something of to the logged-in server.
     pub(crate) fn offer_files(&mut self) {
+        // An attached file's parts are read from its content: lend it.
+        if !self.lending
+            && !self.mixed.is_empty()
+            && let Some(now) = self.now
+        {
+            self.lend();
+            self.offer_files_lent();
+            self.unlend(now);
+        } else {
+            self.offer_files_lent();
+        }
+    }
+
+    fn offer_files_lent(&mut self) {
         let Some(i) = self.servers.iter().position(|s| s.session.is_some()) else {
             return;
         };

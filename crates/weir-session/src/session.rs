@@ -103,6 +103,15 @@ pub struct Session {
     next_id: u32,
     pub(crate) rng: fastrand::Rng,
     pub(crate) now: Option<Instant>,
+    /// Transfers with an eD2k file attached to their torrent's content:
+    /// (transfer, eD2k file, the content's scheme for its parts).
+    pub(crate) mixed: Vec<(TransferId, FileId, weir_core::content::SchemeId)>,
+    /// The attached files' contents are lent to the eD2k core right now.
+    pub(crate) lending: bool,
+    /// BitTorrent connections to forget once the contents are back.
+    pub(crate) deferred: Vec<(ConnId, Option<String>)>,
+    /// Strikes of senders on no network a torrent speaks.
+    pub(crate) strikes: BTreeMap<IpAddr, u32>,
 }
 
 impl Session {
@@ -138,6 +147,10 @@ impl Session {
             next_id: 1,
             rng: fastrand::Rng::with_seed(cfg.seed),
             now: None,
+            mixed: Vec::new(),
+            lending: false,
+            deferred: Vec::new(),
+            strikes: BTreeMap::new(),
             cfg,
         }
     }
@@ -210,6 +223,7 @@ impl Session {
                 complete_at: None,
                 failed: None,
                 counts: ConnCounts::default(),
+                ed2k_mismatch: false,
             },
         );
         self.pump_bt(id, now);
@@ -225,7 +239,17 @@ impl Session {
         if let Some(id) = self.find_ed2k(&spec.link.hash) {
             return Err(AddError::Duplicate(id));
         }
-        let file = self.ed2k.add_download(&spec.link, &spec.had, &spec.check)?;
+        if let Some((id, index)) = self.matching_torrent_file(&spec.link) {
+            // One file from two networks: the eD2k side joins the torrent.
+            self.attach_ed2k(id, index, &spec.link, now)?;
+            for p in spec.peers {
+                self.add_peers(id, Proto::Ed2k, &[p], Source::Manual, now);
+            }
+            self.ask_sources(now);
+            self.next_dial = Some(now);
+            return Ok(id);
+        }
+        let file = self.with_ed2k(now, |c| c.add_download(&spec.link, &spec.had, &spec.check))?;
         let id = self.new_id();
         let mut book = self.book(u64::from(id.0) << 8);
         for s in &spec.link.sources {
@@ -262,9 +286,10 @@ impl Session {
                 complete_at: None,
                 failed: None,
                 counts: ConnCounts::default(),
+                ed2k_mismatch: false,
             },
         );
-        self.pump_ed2k(now);
+        self.pump_ed2k_lent(now);
         self.ask_sources(now);
         self.next_dial = Some(now);
         Ok(id)
@@ -281,7 +306,7 @@ impl Session {
         if let Some(id) = self.find_ed2k(&hashes.file_hash) {
             return Err(AddError::Duplicate(id));
         }
-        let file = self.ed2k.add_shared(name.clone(), hashes)?;
+        let file = self.with_ed2k(now, |c| c.add_shared(name.clone(), hashes))?;
         let id = self.new_id();
         let book = self.book(u64::from(id.0) << 8);
         self.by_file.insert(file, id);
@@ -303,9 +328,10 @@ impl Session {
                 complete_at: Some(now),
                 failed: None,
                 counts: ConnCounts::default(),
+                ed2k_mismatch: false,
             },
         );
-        self.pump_ed2k(now);
+        self.pump_ed2k_lent(now);
         self.offer_files();
         Ok(id)
     }
@@ -526,6 +552,23 @@ impl Session {
         }
         self.callbacks.ban(ip);
         self.events.push_back(SessionEvent::Banned { ip, reason });
+        // Whatever connections it still has, on any network, go too.
+        let conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| weir_core::peers::canonical(c.addr.ip()) == ip)
+            .map(|(k, _)| *k)
+            .collect();
+        let now = self.now;
+        for conn in conns {
+            if let Some(now) = now {
+                self.forget_conn(conn, now, None);
+            }
+            self.events.push_back(SessionEvent::Close {
+                conn,
+                reason: "banned".into(),
+            });
+        }
     }
 
     pub(crate) fn log(&mut self, level: LogLevel, message: String) {

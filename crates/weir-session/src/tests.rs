@@ -323,3 +323,74 @@ fn a_paused_transfer_closes_its_peers_and_dials_nothing_until_resumed() {
     s.handle_timeout(now + Duration::from_secs(60));
     assert_eq!(dials(&mut s).len(), 2);
 }
+
+fn ed2k_link(name: &str, size: u64, hash: u8) -> weir_ed2k::link::FileLink {
+    weir_ed2k::link::FileLink {
+        name: name.into(),
+        size,
+        hash: Md4Hash([hash; 16]),
+        aich: None,
+        part_hashes: None,
+        sources: vec![weir_ed2k::link::LinkSource {
+            host: weir_ed2k::link::SourceHost::Ip("127.0.0.50".parse().unwrap()),
+            port: 4662,
+            crypt_options: 0,
+            user_hash: None,
+        }],
+    }
+}
+
+#[test]
+fn an_ed2k_link_of_a_torrents_file_joins_that_transfer_and_dials_its_sources() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    dials(&mut s);
+    // Size and name match the torrent's only file.
+    let got = s
+        .add_ed2k(
+            AddEd2k {
+                link: ed2k_link("t1", 100_000, 7),
+                had: Bitfield::new(1),
+                check: Bitfield::new(1),
+                peers: vec![],
+                paused: false,
+                seed: false,
+            },
+            now,
+        )
+        .unwrap();
+    assert_eq!(got, a, "joined the torrent's transfer");
+    assert_eq!(s.transfer_ids().count(), 1);
+    let info = s.info(a, now).unwrap();
+    assert_eq!(info.ed2k_hash, Some(Md4Hash([7; 16])));
+    assert_eq!(info.info_hash, Some([1; 20]));
+    s.handle_timeout(now);
+    let d: Vec<(ConnId, SocketAddr)> = std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SessionEvent::Dial {
+                conn,
+                proto: Proto::Ed2k,
+                addr,
+                ..
+            } => Some((conn, addr)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(d.len(), 1, "the link's source is dialled on eD2k");
+    // A link of another size stays a transfer of its own.
+    let other = s
+        .add_ed2k(
+            AddEd2k {
+                link: ed2k_link("t1", 99_999, 8),
+                had: Bitfield::new(1),
+                check: Bitfield::new(1),
+                peers: vec![],
+                paused: false,
+                seed: false,
+            },
+            now,
+        )
+        .unwrap();
+    assert_ne!(other, a);
+}

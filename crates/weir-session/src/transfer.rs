@@ -67,6 +67,8 @@ pub(crate) struct Transfer {
     pub(crate) failed: Option<String>,
     /// Its connections by stage.
     pub(crate) counts: ConnCounts,
+    /// Its eD2k side turned out to be another file: not used.
+    pub(crate) ed2k_mismatch: bool,
 }
 
 impl Transfer {

@@ -184,6 +184,23 @@ pub enum SessionEvent {
         /// What.
         event: TransferEvent,
     },
+    /// Check a unit of a secondary scheme from storage (an eD2k part of a
+    /// torrent's file): read `len` bytes at `offset` of the transfer, hash
+    /// them, and report [`crate::Session::range_checked`].
+    CheckRange {
+        /// The transfer.
+        transfer: TransferId,
+        /// The content's scheme.
+        scheme: weir_core::content::SchemeId,
+        /// The unit.
+        unit: u32,
+        /// Transfer offset of its first byte.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// What it must hash to.
+        digest: weir_core::storage::Digest,
+    },
     /// A line for the log (the session itself never logs).
     Log {
         /// How important.

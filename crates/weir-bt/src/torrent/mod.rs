@@ -296,6 +296,24 @@ impl Torrent {
         &mut self.content
     }
 
+    /// Lends the content to another network attached to the same bytes
+    /// (an eD2k source of one of the torrent's files) for the length of
+    /// one call; the torrent holds a placeholder meanwhile and must get it
+    /// back with [`Torrent::return_content`] before its next input. What
+    /// the borrower did (blocks received, pieces written) produces events
+    /// the torrent handles at its next poll.
+    pub fn lend_content(&mut self) -> Content {
+        std::mem::replace(&mut self.content, Content::placeholder())
+    }
+
+    /// Takes back the content lent with [`Torrent::lend_content`].
+    pub fn return_content(&mut self, content: Content) {
+        self.content = content;
+        // Blocks the borrower freed or pieces it completed may be wanted
+        // by our peers now.
+        self.refill = true;
+    }
+
     /// Counters and rates at `now`.
     pub fn stats(&self, now: Instant) -> Stats {
         let mut s = self.stats.clone();

@@ -21,8 +21,17 @@ impl Torrent {
             .is_some_and(|p| p.addr.ip() == sender.ip && !p.closing);
         if still_here {
             self.strike(sender.conn, n, why);
-        } else if proven {
-            self.ban(sender.ip, why.into());
+        } else {
+            if proven {
+                self.ban(sender.ip, why.into());
+            }
+            // Not one of our peers: maybe a source on another network
+            // feeding the same content; its owner strikes it there.
+            self.events
+                .push_back(Event::Content(weir_core::content::ContentEvent::BadData {
+                    sender,
+                    proven,
+                }));
         }
         self.refill = true;
     }

@@ -47,9 +47,11 @@ impl Secondary {
         &self.verified
     }
 
-    /// Every unit checked (passed or failed): nothing left to wait for.
+    /// Nothing left to wait for: every unit checked (passed or failed), or
+    /// the digests are not known (they may never be: an eD2k hashset comes
+    /// only from an eD2k peer; the primary scheme verified every byte).
     pub(crate) fn settled(&self) -> bool {
-        self.verified.count() + self.failed.count() == self.grid.count()
+        !self.known || self.verified.count() + self.failed.count() == self.grid.count()
     }
 
     fn ready(&self, geo: &Geometry, had: &Bitfield, unit: u32) -> bool {

@@ -312,27 +312,39 @@ fn secondary_units_are_checked_once_their_pieces_pass_and_gate_completion() {
     // Units of 1.5 blocks over bytes 1 block .. 5 blocks.
     let grid = grid::UnitGrid::new(u64::from(BLOCK), 4 * u64::from(BLOCK), 24_576).unwrap();
     let scheme = c.add_scheme(grid);
+    // Before the digests are known, nothing is checked.
+    let mut first = Vec::new();
+    c.pick(1, PeerHas::All, 1, &mut first);
+    c.received(sender(1), first[0], block_of(&good, &geo, first[0]));
+    let evs = mem.drain(&mut c);
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, ContentEvent::CheckUnit { .. }))
+    );
+    c.scheme_known(scheme);
     let mut spans = Vec::new();
     c.pick(1, PeerHas::All, 6, &mut spans);
     for s in &spans {
         c.received(sender(1), *s, block_of(&good, &geo, *s));
     }
-    let evs = mem.drain(&mut c);
-    // Every piece passed, but the unit digests are not known: no checks,
-    // not complete.
-    assert!(
-        !evs.iter()
-            .any(|e| matches!(e, ContentEvent::CheckUnit { .. }))
-    );
-    assert!(!evs.iter().any(|e| matches!(e, ContentEvent::Complete)));
+    // Every piece passed: the units over them are asked for, and the
+    // whole is not complete until they are checked.
+    let mut units: Vec<u32> = mem
+        .drain(&mut c)
+        .into_iter()
+        .filter_map(|e| match e {
+            ContentEvent::CheckUnit { unit, .. } => Some(unit),
+            ContentEvent::Complete => panic!("complete before the units"),
+            _ => None,
+        })
+        .collect();
     assert!(!c.is_complete());
-    c.scheme_known(scheme);
-    let mut units = Vec::new();
     while let Some(ev) = c.poll_event() {
         if let ContentEvent::CheckUnit { unit, .. } = ev {
             units.push(unit);
         }
     }
+    units.sort_unstable();
     assert_eq!(units, [0, 1, 2]);
     c.unit_done(scheme, 0, true);
     c.unit_done(scheme, 1, false);
@@ -428,4 +440,28 @@ fn a_late_check_runs_when_storage_is_ready() {
         "{evs:?}"
     );
     assert_eq!(c.had().iter_ones().collect::<Vec<_>>(), [0]);
+}
+
+#[test]
+fn a_scheme_whose_digests_never_come_does_not_block_completion() {
+    let good = payload(4 * BLOCK as usize);
+    let geo = Geometry::new(good.len() as u64, BLOCK, BLOCK).unwrap();
+    let mut mem = Mem::new(geo, &good);
+    let mut c = fresh(geo, ContentConfig::default());
+    mem.drain(&mut c);
+    c.add_scheme(grid::UnitGrid::new(0, 4 * u64::from(BLOCK), 20_000).unwrap());
+    let mut spans = Vec::new();
+    c.pick(1, PeerHas::All, 4, &mut spans);
+    for s in &spans {
+        c.received(sender(1), *s, block_of(&good, &geo, *s));
+    }
+    let evs = mem.drain(&mut c);
+    assert!(
+        evs.iter().any(|e| matches!(e, ContentEvent::Complete)),
+        "{evs:?}"
+    );
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, ContentEvent::CheckUnit { .. }))
+    );
 }

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+use weir_core::content::Content;
 use weir_core::geometry::Geometry;
 use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
@@ -55,6 +56,12 @@ use file::FileState;
 pub type ConnId = u32;
 /// A file of the client (index in the order files were added).
 pub type FileId = u32;
+
+/// Upload read ids of the eD2k core have this bit set, so the reads of a
+/// file attached to another network's content (whose storage that network
+/// shares) come back to the right core. (The content's own reads use bit
+/// 62, recovery reads bit 63.)
+pub const UPLOAD_READ: u64 = 1 << 61;
 
 /// How often pipelines are re-sized and timeouts checked.
 const TICK: Duration = Duration::from_millis(250);
@@ -300,7 +307,7 @@ impl Client {
             events: VecDeque::new(),
             dirty: Dirty::new(),
             reads: BTreeMap::new(),
-            next_read: 0,
+            next_read: UPLOAD_READ,
             next_tick: None,
             callbacks: Vec::new(),
             now: None,
@@ -385,6 +392,89 @@ impl Client {
         Ok(id)
     }
 
+    /// Adds a file to download that is one file of another network's
+    /// content (a torrent's file with the same bytes): its bytes sit at
+    /// `grid` of that content, its parts are the content's scheme `scheme`
+    /// (MD4, checked by the content's owner once the hashset is known).
+    /// The content is lent for each call with [`Client::lend`] and taken
+    /// back with [`Client::take_back`]; its events are its owner's.
+    pub fn add_attached(
+        &mut self,
+        link: &FileLink,
+        grid: weir_core::content::grid::UnitGrid,
+        scheme: weir_core::content::SchemeId,
+    ) -> Result<FileId, AddError> {
+        self.check_new(link.hash)?;
+        if grid.len != link.size || grid.unit_len != crate::PARTSIZE {
+            return Err(AddError::Invalid {
+                hash: link.hash,
+                reason: format!(
+                    "attached at {} bytes of {}-byte units, but the file has {} bytes",
+                    grid.len, grid.unit_len, link.size
+                ),
+            });
+        }
+        let parts = crate::geometry(link.size).piece_count();
+        let mut f = FileState::new(
+            link.hash,
+            link.size,
+            link.name.clone(),
+            link.part_hashes.clone(),
+            (self.cfg.order, self.cfg.seed, self.cfg.max_unverified),
+            &Bitfield::new(parts),
+        );
+        f.content = Content::placeholder();
+        f.shared = Some(file::Shared { grid, scheme });
+        f.aich_master = link.aich;
+        f.aich_trusted = link.aich.is_some();
+        let known = f.hashset.is_some();
+        self.files.push(f);
+        let id = (self.files.len() - 1) as FileId;
+        if known {
+            self.digests_known(id);
+        }
+        Ok(id)
+    }
+
+    /// Lends an attached file its content for the next calls.
+    pub fn lend(&mut self, file: FileId, content: Content) {
+        if let Some(f) = self
+            .files
+            .get_mut(file as usize)
+            .filter(|f| f.shared.is_some())
+        {
+            f.content = content;
+        }
+    }
+
+    /// Takes back the content lent to an attached file.
+    pub fn take_back(&mut self, file: FileId) -> Option<Content> {
+        let f = self
+            .files
+            .get_mut(file as usize)
+            .filter(|f| f.shared.is_some())?;
+        Some(std::mem::replace(&mut f.content, Content::placeholder()))
+    }
+
+    /// The content's owner checked a part of an attached file: it passed.
+    /// (The content must be lent.)
+    pub fn part_checked(&mut self, file: FileId, part: u32, now: Instant) {
+        self.now = Some(now);
+        if self
+            .files
+            .get(file as usize)
+            .is_none_or(|f| f.shared.is_none())
+        {
+            return;
+        }
+        self.events.push_back(Event::PartVerified { file, part });
+        if self.files[file as usize].is_complete() {
+            self.announce_complete(file);
+        }
+        self.kick_file(file, now);
+        self.flush();
+    }
+
     fn check_new(&self, hash: Md4Hash) -> Result<(), AddError> {
         if self.files.iter().any(|f| f.hash == hash) {
             return Err(AddError::Duplicate(hash));
@@ -436,11 +526,18 @@ impl Client {
         let Some(f) = self.files.get(file as usize) else {
             return FileProgress::default();
         };
-        let left = f.content.bytes_left();
+        let had = f.parts_had();
+        let verified = if f.shared.is_some() {
+            had.iter_ones()
+                .map(|p| u64::from(f.geo.piece_size(p)))
+                .sum()
+        } else {
+            f.size - f.content.bytes_left()
+        };
         FileProgress {
             size: f.size,
-            verified: f.size - left,
-            parts_had: f.content.had().count(),
+            verified,
+            parts_had: had.count(),
             parts: f.geo.piece_count(),
             digests_known: f.hashset.is_some(),
             complete: f.is_complete(),

@@ -78,6 +78,18 @@ pub enum ZmodemError {
     /// Reading or writing the line failed.
     #[error("line: {0}")]
     Line(std::io::Error),
+    /// The sender sent more data than the size it announced for the file;
+    /// the announced bytes are kept and the session cancelled.
+    #[error(
+        "{path}: the sender announced {announced} bytes and sent more; \
+         kept the {announced} bytes and cancelled (send the file again if it changed)"
+    )]
+    Oversize {
+        /// The file.
+        path: String,
+        /// The size the sender announced.
+        announced: u64,
+    },
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     File {

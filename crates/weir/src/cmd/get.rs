@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use weir_bt::metainfo::Metainfo;
 use weir_core::picker::Order;
 use weir_runtime::bandwidth::{Limiter, bucket};
@@ -101,36 +100,15 @@ pub(crate) fn load_torrent(path: &str) -> anyhow::Result<Arc<Metainfo>> {
     Ok(Arc::new(meta))
 }
 
-/// Resolves `HOST:PORT` peers under the policy (names only where the
-/// policy allows DNS).
+/// Resolves `HOST:PORT` peers through the one policy-checked resolver
+/// (`weir_runtime::net`): IP literals and `localhost` directly, names only
+/// when the policy allows every address. Anything unusable is bad input.
 pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     let mut out = Vec::new();
     for p in peers {
-        if let Ok(a) = p.parse::<SocketAddr>() {
-            out.push(a);
-            continue;
-        }
-        let (host, port) = p
-            .rsplit_once(':')
-            .ok_or_else(|| bad_input(format!("--peer {p}: expected HOST:PORT")))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| bad_input(format!("--peer {p}: bad port")))?;
-        if host == "localhost" {
-            out.push(SocketAddr::from(([127, 0, 0, 1], port)));
-        } else if ctx.policy.allows_name_resolution() {
-            use std::net::ToSocketAddrs;
-            out.extend(
-                (host, port)
-                    .to_socket_addrs()
-                    .with_context(|| format!("resolving {host}"))?,
-            );
-        } else {
-            return Err(bad_input(format!(
-                "--peer {p}: host names are not resolved under the network policy {}; give an IP address",
-                ctx.policy
-            )));
-        }
+        let addrs = weir_runtime::net::resolve_host_port(&ctx.policy, p)
+            .map_err(|e| bad_input(format!("--peer {p}: {e}")))?;
+        out.extend(addrs);
     }
     Ok(out)
 }

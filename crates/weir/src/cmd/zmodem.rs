@@ -3,7 +3,7 @@
 //! Progress goes to stderr only: stdout is the line.
 
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -227,12 +227,12 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
 
 fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
     if let Some(t) = &a.tcp {
-        let addr = resolve(t)?;
+        let addr = resolve(ctx, "--tcp", t)?;
         return Line::connect(&ctx.policy, addr).with_context(|| format!("connect to {addr}"));
     }
     if let Some(l) = &a.listen {
         let addr = if l.contains(':') {
-            resolve(l)?
+            resolve(ctx, "--listen", l)?
         } else {
             let port: u16 = l
                 .parse()
@@ -247,11 +247,15 @@ fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
     Line::stdio().context("stdin/stdout")
 }
 
-fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
-    s.to_socket_addrs()
-        .map_err(|e| bad_input(format!("{s}: {e}")))?
+/// `HOST:PORT` through the one policy-checked resolver
+/// (`weir_runtime::net`): no DNS query unless the policy allows every
+/// address.
+fn resolve(ctx: &Ctx, what: &str, s: &str) -> anyhow::Result<SocketAddr> {
+    weir_runtime::net::resolve_host_port(&ctx.policy, s)
+        .map_err(|e| bad_input(format!("{what} {s}: {e}")))?
+        .into_iter()
         .next()
-        .ok_or_else(|| bad_input(format!("{s}: no address")))
+        .ok_or_else(|| bad_input(format!("{what} {s}: no address")))
 }
 
 /// Progress on stderr: a self-updating line on a terminal, otherwise one

@@ -163,8 +163,8 @@ fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
 
 fn config(ctx: &Ctx, out: PathBuf, seed: bool, opts: &TransferOpts) -> anyhow::Result<Ed2kConfig> {
     let path = userhash::default_path();
-    let user_hash = userhash::load_or_create(&path)
-        .with_context(|| format!("user hash ({})", path.display()))?;
+    let user_hash =
+        userhash::load(&path).with_context(|| format!("user hash ({})", path.display()))?;
     let mut cfg = Ed2kConfig::new(ctx.policy.clone(), out, user_hash);
     cfg.listen = Some(opts.listen);
     cfg.peers = crate::cmd::get::resolve_peers(ctx, &opts.peers)?;

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use nix::sys::signal::{Signal, kill};
+pub use nix::sys::signal::Signal;
+use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
 /// Resource use of one finished process (and every descendant it reaped),
@@ -107,6 +108,16 @@ impl Proc {
     /// been ended), for a client's config and log directory.
     pub fn attach(&mut self, dir: crate::tmpdir::TempDir) {
         self.keep.push(dir);
+    }
+
+    /// Sends `sig` to the process itself (not its descendants), by PID:
+    /// the PID is still this child's while it is unreaped.
+    pub fn signal(&mut self, sig: Signal) -> anyhow::Result<()> {
+        if self.try_wait()?.is_some() {
+            anyhow::bail!("{} (pid {}) has already exited", self.name, self.pid);
+        }
+        kill(Pid::from_raw(self.pid), sig)
+            .with_context(|| format!("sending {sig} to {} (pid {})", self.name, self.pid))
     }
 
     /// The label given at spawn.

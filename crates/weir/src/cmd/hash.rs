@@ -18,6 +18,7 @@ use weir_ed2k::link::FileLink;
 
 use crate::cmd::Ctx;
 use crate::exit::bad_input;
+use crate::out::outln;
 
 /// Arguments of `weir hash`.
 #[derive(clap::Args)]
@@ -55,7 +56,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             part_hashes: (args.parts && !hashes.hashset.is_empty()).then(|| hashes.hashset.clone()),
             sources: Vec::new(),
         };
-        println!("{}", link.to_link());
+        outln!("{}", link.to_link())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -234,6 +234,12 @@ pub async fn connect_tcp_from(
     sock.connect(addr).await
 }
 
+/// Whether a TCP listener could be bound on `addr` now (it is bound and
+/// closed at once; nothing is sent). For choosing a free default port.
+pub fn port_is_free(addr: SocketAddr) -> bool {
+    std::net::TcpListener::bind(addr).is_ok()
+}
+
 /// Binds a listener on `addr`. Binding sends nothing; connections it
 /// accepts are checked by [`accept_tcp`].
 pub async fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {

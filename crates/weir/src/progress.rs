@@ -110,6 +110,15 @@ impl Progress {
         );
     }
 
+    /// Shows a message line (above the bar on a terminal, which stays);
+    /// shown even when quiet: it says what is wrong and what to do.
+    pub(crate) fn note(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+
     /// Ends the display with a final line.
     pub(crate) fn finish(&mut self, msg: &str) {
         if let Some(b) = self.bar.take() {

@@ -3,7 +3,6 @@
 //! `linkem listening on ADDR` on stdout when ready, then one summary line per
 //! closed connection on stderr. See `weir_runtime::linkem` for the semantics.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -116,7 +115,8 @@ fn config(a: &LinkArgs) -> anyhow::Result<LinkConfig> {
     })
 }
 
-/// Runs `weir linkem` until killed.
+/// Runs `weir linkem` until interrupted (exit 130 for SIGINT, 143 for
+/// SIGTERM).
 pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let args = *args.link;
     let cfg = config(&args)?;
@@ -128,20 +128,22 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     }
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
-        let l = weir_runtime::net::listen_tcp(args.listen).await?;
+        let mut signals = crate::cmd::Signals::new()?;
+        let l = weir_runtime::net::listen_tcp(args.listen)
+            .await
+            .map_err(|e| crate::cmd::listen_error(args.listen, &e))?;
         let addr = l.local_addr()?;
-        {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "linkem listening on {addr}")?;
-            out.flush()?;
+        crate::out::outln!("linkem listening on {addr}")?;
+        tokio::select! {
+            r = linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
+                eprintln!("{s}")
+            }) => {
+                r?;
+                Ok(ExitCode::SUCCESS)
+            }
+            s = signals.next() => Ok(s.exit_code()),
         }
-        linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
-            eprintln!("{s}")
-        })
-        .await?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 #[cfg(test)]

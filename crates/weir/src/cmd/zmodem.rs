@@ -155,6 +155,9 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
     };
     for f in &args.files {
         let md = std::fs::metadata(f).map_err(|e| bad_input(format!("{}: {e}", f.display())))?;
+        if !md.is_file() {
+            return Err(bad_input(format!("{}: not a regular file", f.display())));
+        }
         if md.len() > weir_zmodem::consts::MAX_FILE_SIZE {
             return Err(bad_input(
                 SendError::FileTooLarge {

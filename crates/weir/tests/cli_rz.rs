@@ -125,3 +125,58 @@ fn rz_survives_an_overflowing_mtime_and_applies_the_mode_under_the_umask() {
         "a valid time is still applied"
     );
 }
+
+/// `weir rz` and `weir sz` on pipes whose other end says nothing: SIGINT
+/// and SIGTERM stop them cleanly, telling the other side (the cancel
+/// sequence, CAN x10, ends their output) and exiting 130 / 143 (a signal
+/// used to end them where they stood).
+#[test]
+fn signals_cancel_the_session_and_exit_130_or_143() {
+    let dir = TempDir::new("cli-zm-sig").unwrap();
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, vec![3u8; 10_000]).unwrap();
+    for (what, sig, code) in [
+        ("rz", weir_lab::process::Signal::SIGINT, 130),
+        ("sz", weir_lab::process::Signal::SIGTERM, 143),
+    ] {
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["--allow", "127.0.0.0/8", what, "-q"]);
+        if what == "rz" {
+            cmd.arg(dir.path());
+        } else {
+            cmd.arg(&file);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut p = Proc::spawn(what, &mut cmd).unwrap();
+        let _stdin = p.take_stdin(); // kept open: the line stays up
+        let mut stdout = p.take_stdout().unwrap();
+        // Its opening frame (ZRINIT / "rz\r" and ZRQINIT) shows the
+        // session is up.
+        let mut seen = Vec::new();
+        while !seen.windows(4).any(|w| w == b"**\x18B") {
+            let mut b = [0u8; 64];
+            let n = stdout.read(&mut b).unwrap();
+            assert!(n > 0 && seen.len() < 4096, "{what}: no header: {seen:?}");
+            seen.extend_from_slice(&b[..n]);
+        }
+        let rest = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = stdout.read_to_end(&mut v);
+            v
+        });
+        p.signal(sig).unwrap();
+        let Some((st, _)) = p.wait_timeout(Duration::from_secs(30)).unwrap() else {
+            p.kill_tree().unwrap();
+            panic!("{what} still running 30 s after {sig}");
+        };
+        let mut err = String::new();
+        let _ = p.take_stderr().unwrap().read_to_string(&mut err);
+        assert_eq!(st.code(), Some(code), "{what}: {st}: {err}");
+        assert!(err.contains("stopped by signal"), "{what}: {err}");
+        let out = rest.join().unwrap();
+        let cans = out.windows(10).any(|w| w == [0x18; 10]);
+        assert!(cans, "{what}: the other side was not told: {out:?}");
+    }
+}

@@ -20,7 +20,7 @@ mod send;
 
 use std::time::Duration;
 
-pub use line::{Line, LineListener};
+pub use line::{Line, LineListener, StopRequest};
 pub use recv::{RecvOptions, RecvReport, receive_files};
 pub use send::{SendOptions, SendReport, send_files};
 
@@ -89,6 +89,15 @@ pub enum ZmodemError {
         path: String,
         /// The size the sender announced.
         announced: u64,
+    },
+    /// A signal asked the session to stop: it was cancelled (the other side
+    /// told), what was checked is kept.
+    #[error(
+        "stopped by signal {signal}; the other side was told, and a partial file is kept (resume with -r)"
+    )]
+    Stopped {
+        /// The signal number (2: SIGINT, 15: SIGTERM).
+        signal: i32,
     },
     /// A local file could not be read or written.
     #[error("{path}: {source}")]

@@ -87,6 +87,16 @@ pub fn receive_files(
     let mut cur: Option<Current> = None;
     let mut last_progress = Instant::now();
     let result: Result<(), ZmodemError> = 'run: loop {
+        if let Some(signal) = line.stop_asked() {
+            // Cancel (the sender is told), then write what was checked.
+            r.cancel();
+            while let Some(ev) = r.poll_event() {
+                if let (RecvEvent::Data { offset, data }, Some(c)) = (ev, cur.as_mut()) {
+                    report.bytes += write_data(c, offset, &data).unwrap_or_else(|(n, _)| n);
+                }
+            }
+            break Err(ZmodemError::Stopped { signal });
+        }
         // Events first: data to write, offers to decide.
         while let Some(ev) = r.poll_event() {
             match ev {

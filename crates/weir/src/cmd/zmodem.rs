@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use weir_core::meter::RateMeter;
 use weir_runtime::zmodem::{
-    Line, Progress, RecvOptions, SendOptions, ZmodemError, receive_files, send_files,
+    Line, Progress, RecvOptions, SendOptions, StopRequest, ZmodemError, receive_files, send_files,
 };
 use weir_zmodem::{ReceiverConfig, SendError, SenderConfig};
 
@@ -183,6 +183,10 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(ZmodemError::Send(e @ SendError::FileTooLarge { .. })) => Err(bad_input(e.to_string())),
+        Err(e @ ZmodemError::Stopped { signal }) => {
+            eprintln!("weir sz: {e}");
+            Ok(crate::exit::signal_code(signal))
+        }
         Err(e) => Err(anyhow::Error::new(e).context("weir sz")),
     }
 }
@@ -210,7 +214,14 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
     let mut shown = Shown::new(&args.line, "received");
     let res = receive_files(line, &opts, &mut |p| shown.show(p));
     shown.end();
-    let r = res.map_err(|e| anyhow::Error::new(e).context("weir rz"))?;
+    let r = match res {
+        Ok(r) => r,
+        Err(e @ ZmodemError::Stopped { signal }) => {
+            eprintln!("weir rz: {e}");
+            return Ok(crate::exit::signal_code(signal));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("weir rz")),
+    };
     if !args.line.quiet && args.line.verbose > 0 {
         eprintln!(
             "weir rz: {} received, {} skipped, {} refused, {} bytes, {} retransmissions",
@@ -228,7 +239,16 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The session's line, stopped cleanly by SIGINT or SIGTERM once open
+/// (the other side is told, exit 130 or 143); while connecting or waiting
+/// for the connection a signal ends the process as usual.
 fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
+    let line = open_line_inner(ctx, a)?;
+    let stop = StopRequest::on_signals().context("catching signals")?;
+    Ok(line.stop_on(stop))
+}
+
+fn open_line_inner(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
     if let Some(t) = &a.tcp {
         let addr = resolve(ctx, "--tcp", t)?;
         return Line::connect(&ctx.policy, addr).with_context(|| format!("connect to {addr}"));

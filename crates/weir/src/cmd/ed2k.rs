@@ -328,7 +328,7 @@ fn run(
             Ok(stopped_by.map_or(ExitCode::SUCCESS, Stop::exit_code))
         } else {
             display.finish(&format!(
-                "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
                 summary.done as f64 * 100.0 / total.max(1) as f64,
                 st.hash_failures,
                 st.banned

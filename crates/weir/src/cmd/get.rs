@@ -310,7 +310,7 @@ pub(crate) fn run_torrents(
             } else {
                 all_complete = false;
                 display.finish(&format!(
-                    "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                    "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
                     summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
                     summary.stats.hash_failures,
                     summary.stats.banned

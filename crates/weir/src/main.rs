@@ -66,7 +66,7 @@ fn main() -> ExitCode {
     let policy = match cmd::parse_policy(cli.allow.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("weir: {}", exit::describe(&e));
+            crate::out::errln!("weir: {}", exit::describe(&e));
             return ExitCode::from(2);
         }
     };
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         // The reader of stdout went away: nothing to say, nothing failed.
         Err(e) if e.chain().any(|c| c.is::<out::Closed>()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("weir: {}", exit::describe(&e));
+            crate::out::errln!("weir: {}", exit::describe(&e));
             if e.chain().any(|c| c.is::<BadInput>()) {
                 ExitCode::from(2)
             } else {

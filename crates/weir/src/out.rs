@@ -1,6 +1,7 @@
-//! Everything weir prints on stdout goes through here: a reader that went
+//! Everything weir prints goes through here: a reader of stdout that went
 //! away (`weir info x.torrent --json | head -5`) ends the command quietly
-//! instead of panicking as `println!` does on a broken pipe.
+//! instead of panicking as `println!` does on a broken pipe, and a stderr
+//! that is gone is ignored (`eprintln!` would panic).
 
 use std::fmt;
 use std::io::Write;
@@ -59,7 +60,22 @@ macro_rules! out {
     };
 }
 
-pub(crate) use {out, outln};
+/// Writes to stderr, ignoring failure: with stderr gone (`weir create d
+/// 2>&1 | head`) there is nowhere to report anything, and `eprintln!`
+/// would panic.
+pub(crate) fn err(args: fmt::Arguments<'_>) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_fmt(args);
+}
+
+/// `eprintln!` through [`err`].
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::out::err(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {errln, out, outln};
 
 #[cfg(test)]
 mod tests {

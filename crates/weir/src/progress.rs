@@ -96,7 +96,7 @@ impl Progress {
         } else {
             String::new()
         };
-        eprintln!(
+        crate::out::errln!(
             "{}: {} {:.1}% {}/{} down {} up {} peers {}{}",
             self.label,
             s.phase,
@@ -115,7 +115,7 @@ impl Progress {
     pub(crate) fn note(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            None => crate::out::errln!("{msg}"),
         }
     }
 
@@ -125,7 +125,7 @@ impl Progress {
             b.finish_and_clear();
         }
         if !self.quiet {
-            eprintln!("{}: {msg}", self.label);
+            crate::out::errln!("{}: {msg}", self.label);
         }
     }
 }

@@ -443,9 +443,9 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     };
 
     for s in &skipped {
-        eprintln!("skipped: {s}");
+        crate::out::errln!("skipped: {s}");
     }
-    eprintln!(
+    crate::out::errln!(
         "{} file(s), {} in pieces of {} ({} pieces):",
         sources.len(),
         fmt_size(total),
@@ -454,10 +454,10 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     );
     const LIST_MAX: usize = 200;
     for s in sources.iter().take(LIST_MAX) {
-        eprintln!("  {:>12}  {}", s.length, s.components.join("/"));
+        crate::out::errln!("  {:>12}  {}", s.length, s.components.join("/"));
     }
     if sources.len() > LIST_MAX {
-        eprintln!("  (and {} more files)", sources.len() - LIST_MAX);
+        crate::out::errln!("  (and {} more files)", sources.len() - LIST_MAX);
     }
 
     let threads = std::thread::available_parallelism()
@@ -494,7 +494,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    eprintln!(
+    crate::out::errln!(
         "hashed {} in {secs:.2} s ({:.0} MB/s)",
         fmt_size(total),
         total as f64 / secs.max(1e-9) / 1e6

@@ -38,7 +38,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     if !args.keep {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
-        eprintln!("demo files kept in {}", dir.display());
+        crate::out::errln!("demo files kept in {}", dir.display());
     }
     result
 }

@@ -267,7 +267,7 @@ fn run(
                         s.exit_now();
                     }
                     stopped_by = Some(s);
-                    eprintln!(
+                    crate::out::errln!(
                         "{label}: stopping (verified parts are kept for resume; again to quit at once)"
                     );
                     stopper.stop().await;

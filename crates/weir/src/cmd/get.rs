@@ -242,7 +242,7 @@ pub(crate) fn run_torrents(
                         s.exit_now();
                     }
                     stopped_by = Some(s);
-                    eprintln!(
+                    crate::out::errln!(
                         "stopping (verified pieces are kept for resume; again to quit at once)"
                     );
                     for r in &running {

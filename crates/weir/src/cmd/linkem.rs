@@ -92,7 +92,7 @@ fn config(a: &LinkArgs) -> anyhow::Result<LinkConfig> {
             ))
         })?;
         let list: Vec<String> = offs.iter().map(u64::to_string).collect();
-        eprintln!(
+        crate::out::errln!(
             "linkem: corrupt-random {n} seed {} span {span}: offsets {}",
             a.seed,
             list.join(",")
@@ -124,7 +124,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         return Err(bad_input(format!("--connect: {e}")));
     }
     if let Some(w) = cfg.bdp_warning() {
-        eprintln!("linkem: warning: {w}");
+        crate::out::errln!("linkem: warning: {w}");
     }
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
@@ -136,7 +136,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         crate::out::outln!("linkem listening on {addr}")?;
         tokio::select! {
             r = linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
-                eprintln!("{s}")
+                crate::out::errln!("{s}")
             }) => {
                 r?;
                 Ok(ExitCode::SUCCESS)

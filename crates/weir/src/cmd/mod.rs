@@ -95,7 +95,7 @@ impl Stop {
     /// A second signal while stopping: exit at once (128 + N), as if the
     /// signal had ended the process.
     pub(crate) fn exit_now(self) -> ! {
-        eprintln!("weir: stopping at once");
+        crate::out::errln!("weir: stopping at once");
         std::process::exit(128 + self.signo())
     }
 }

@@ -175,16 +175,19 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
     match res {
         Ok(r) => {
             if !args.line.quiet && args.line.verbose > 0 {
-                eprintln!(
+                crate::out::errln!(
                     "weir sz: {} sent, {} skipped, {} bytes, {} retransmissions",
-                    r.sent, r.skipped, r.bytes, r.restarts
+                    r.sent,
+                    r.skipped,
+                    r.bytes,
+                    r.restarts
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(ZmodemError::Send(e @ SendError::FileTooLarge { .. })) => Err(bad_input(e.to_string())),
         Err(e @ ZmodemError::Stopped { signal }) => {
-            eprintln!("weir sz: {e}");
+            crate::out::errln!("weir sz: {e}");
             Ok(crate::exit::signal_code(signal))
         }
         Err(e) => Err(anyhow::Error::new(e).context("weir sz")),
@@ -217,13 +220,13 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
     let r = match res {
         Ok(r) => r,
         Err(e @ ZmodemError::Stopped { signal }) => {
-            eprintln!("weir rz: {e}");
+            crate::out::errln!("weir rz: {e}");
             return Ok(crate::exit::signal_code(signal));
         }
         Err(e) => return Err(anyhow::Error::new(e).context("weir rz")),
     };
     if !args.line.quiet && args.line.verbose > 0 {
-        eprintln!(
+        crate::out::errln!(
             "weir rz: {} received, {} skipped, {} refused, {} bytes, {} retransmissions",
             r.received.len(),
             r.skipped,
@@ -264,7 +267,7 @@ fn open_line_inner(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
         };
         let l = Line::bind(addr).with_context(|| format!("listen on {addr}"))?;
         // Scripts and tests wait for this line before connecting.
-        eprintln!("weir: listening on {}", l.local_addr()?);
+        crate::out::errln!("weir: listening on {}", l.local_addr()?);
         return l.accept(&ctx.policy).context("accept");
     }
     Line::stdio().context("stdin/stdout")

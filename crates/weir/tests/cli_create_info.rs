@@ -398,3 +398,28 @@ fn info_into_a_closed_pipe_ends_quietly() {
         assert!(text.is_empty(), "json={json}: quiet: {text}");
     }
 }
+
+#[test]
+fn create_with_stderr_gone_still_works() {
+    let s = Scratch::new("stderr-gone");
+    fs::write(s.0.join("f"), pattern(50_000, 4)).unwrap();
+    // A stderr whose reader is already gone: every write to it fails with
+    // EPIPE (what `2>&1 | head -1` leads to once head exits).
+    let (gone, stderr) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(gone);
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["create", "f", "-o", "f.torrent"])
+        .current_dir(&s.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(stderr)));
+    let mut p = Proc::spawn("weir create", &mut cmd).unwrap();
+    let mut out = String::new();
+    p.take_stdout().unwrap().read_to_string(&mut out).unwrap();
+    let Some((st, _)) = p.wait_timeout(Duration::from_secs(60)).unwrap() else {
+        panic!("{}", p.failure("weir create still running"));
+    };
+    assert_eq!(st.code(), Some(0), "{st}: {out}");
+    assert!(out.contains("wrote: f.torrent"), "{out}");
+    assert!(s.0.join("f.torrent").exists());
+}

@@ -346,7 +346,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     ));
     rep.print();
     let (json, md) = rep.write()?;
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
 
     unlimited(
         &s,
@@ -513,7 +513,7 @@ fn unlimited(
     ));
     rep.print();
     let (json, md) = rep.write()?;
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }
 

@@ -156,7 +156,8 @@ mod tests {
     #[test]
     fn renders_a_chart_png() {
         if font_path().is_err() && std::env::var_os("CI").is_none() {
-            eprintln!("SKIP: no font (install fonts-dejavu-core)");
+            weir_lab::ci::unavailable("no font (install fonts-dejavu-core)")
+                .expect("CI is unset here");
             return;
         }
         let dir = std::env::temp_dir().join(format!("weir-bench-chart-{}", std::process::id()));

@@ -150,7 +150,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             match got {
                 Ok(m) => {
                     let mb_s = size as f64 / m.secs / 1e6;
-                    println!(
+                    crate::sayln!(
                         "run {}/{} {:<11} {:>8} {:7.2} s {:7.1} MB/s  send {:.2} CPU-s {:.1} MiB  recv {:.2} CPU-s {:.1} MiB",
                         run + 1,
                         cfg.runs,
@@ -176,7 +176,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                     );
                 }
                 Err(e) => {
-                    println!(
+                    crate::sayln!(
                         "run {}/{} {}: FAILED: {e:#}",
                         run + 1,
                         cfg.runs,
@@ -214,7 +214,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     }
     rep.print();
     let (json, md) = rep.write()?;
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }
 

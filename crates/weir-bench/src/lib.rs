@@ -21,6 +21,23 @@ pub mod zmodem;
 
 pub use common::BenchConfig;
 
+/// Writes to stdout, ignoring a reader that went away (`weir bench x |
+/// head`): the run goes on and its results are still written to files;
+/// `println!` would panic there.
+pub(crate) fn say(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(args).and_then(|()| out.flush());
+}
+
+/// `println!` through [`say`].
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        $crate::say(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use sayln;
+
 /// The scenarios `weir bench` knows, by command-line name.
 pub const SCENARIOS: [&str; 7] = [
     "bt-single",

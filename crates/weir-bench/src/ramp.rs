@@ -312,9 +312,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             ),
             &zoom_series,
         )?;
-        println!("charts: {} and {}", png.display(), zoom.display());
+        crate::sayln!("charts: {} and {}", png.display(), zoom.display());
     }
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }
 

@@ -296,7 +296,7 @@ impl Report {
 
     /// Prints [`Report::to_text`] to stdout.
     pub fn print(&self) {
-        print!("{}", self.to_text());
+        crate::say(format_args!("{}", self.to_text()));
     }
 
     /// The report as markdown: title, command line, machine, table, notes.

@@ -144,7 +144,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     ));
     rep.print();
     let (json, md) = rep.write()?;
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }
 

@@ -186,7 +186,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                 let labels = [wire.name(), pair.name()];
                 match ctx_run.one(wire, pair) {
                     Ok(m) => {
-                        println!(
+                        crate::sayln!(
                             "run {}/{} {:>10} {:<10} {:7.1} MB/s  send {:.2} CPU-s {} cs  recv {:.2} CPU-s {} cs",
                             run + 1,
                             cfg.runs,
@@ -210,7 +210,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                         );
                     }
                     Err(e) => {
-                        println!(
+                        crate::sayln!(
                             "run {}/{} {} {}: FAILED: {e:#}",
                             run + 1,
                             cfg.runs,
@@ -236,7 +236,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     }
     rep.print();
     let (json, md) = rep.write()?;
-    println!("wrote {} and {}", json.display(), md.display());
+    crate::sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }
 

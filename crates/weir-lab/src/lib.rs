@@ -14,6 +14,6 @@ pub mod process;
 pub mod tmpdir;
 pub mod torrent;
 
-pub use netns::{Netns, VethPair};
+pub use netns::{DnsTrap, Netns, VethPair};
 pub use process::{Proc, Usage};
 pub use tmpdir::TempDir;

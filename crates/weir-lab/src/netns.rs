@@ -322,6 +322,68 @@ impl VethPair {
     }
 }
 
+/// A DNS resolver trap for one namespace: programs started with
+/// [`Netns::command`] see `/etc/resolv.conf` pointing at 127.0.0.1 (`ip
+/// netns exec` bind-mounts `/etc/netns/NAME/resolv.conf` over it), where a
+/// UDP socket inside the namespace catches every query and answers none.
+/// For proving that a program resolves no name: [`DnsTrap::queries`]
+/// after it ran. The file is removed on drop.
+#[derive(Debug)]
+pub struct DnsTrap {
+    dir: std::path::PathBuf,
+    sock: std::net::UdpSocket,
+}
+
+impl DnsTrap {
+    /// Sets up the trap in `ns` (root: writes under `/etc/netns/`).
+    pub fn new(ns: &Netns) -> anyhow::Result<Self> {
+        let dir = std::path::PathBuf::from("/etc/netns").join(ns.name());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let trap = DnsTrap {
+            sock: ns.try_run_in(|| std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 53)))??,
+            dir,
+        };
+        // One try, one second: a resolver that is asked gives up soon.
+        std::fs::write(
+            trap.dir.join("resolv.conf"),
+            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+        )?;
+        Ok(trap)
+    }
+
+    /// The queries that arrived so far (the names asked, as the raw
+    /// question bytes), waiting at most `wait` for a first one.
+    pub fn queries(&self, wait: Duration) -> anyhow::Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1500];
+        self.sock
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+        loop {
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, _)) => {
+                    out.push(buf[..n].to_vec());
+                    self.sock.set_read_timeout(Some(Duration::from_millis(1)))?;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(out);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Drop for DnsTrap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,11 +12,13 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use nix::sys::signal::{Signal, kill};
+pub use nix::sys::signal::Signal;
+use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
 /// Resource use of one finished process (and every descendant it reaped),
@@ -108,6 +110,16 @@ impl Proc {
         self.keep.push(dir);
     }
 
+    /// Sends `sig` to the process itself (not its descendants), by PID:
+    /// the PID is still this child's while it is unreaped.
+    pub fn signal(&mut self, sig: Signal) -> anyhow::Result<()> {
+        if self.try_wait()?.is_some() {
+            anyhow::bail!("{} (pid {}) has already exited", self.name, self.pid);
+        }
+        kill(Pid::from_raw(self.pid), sig)
+            .with_context(|| format!("sending {sig} to {} (pid {})", self.name, self.pid))
+    }
+
     /// The label given at spawn.
     pub fn name(&self) -> &str {
         &self.name
@@ -131,6 +143,11 @@ impl Proc {
     /// The child's stdout pipe, if it was configured with `Stdio::piped()`.
     pub fn take_stdout(&mut self) -> Option<ChildStdout> {
         self.child.stdout.take()
+    }
+
+    /// The child's stderr pipe, if it was configured with `Stdio::piped()`.
+    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
+        self.child.stderr.take()
     }
 
     /// Where stdout is logged ([`Proc::spawn_logged`] only).
@@ -317,6 +334,167 @@ pub fn wait_line(
             Err(_) => anyhow::bail!("timed out waiting for {what}"),
         }
     }
+}
+
+/// How a command run by [`run`] ended, and everything it printed.
+#[derive(Clone, Debug)]
+pub struct Output {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: Vec<u8>,
+    /// Everything written to stderr.
+    pub stderr: Vec<u8>,
+    /// CPU, RSS and wall time.
+    pub usage: Usage,
+}
+
+impl Output {
+    /// The exit code (`None` when ended by a signal).
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Whether it exited 0.
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// stdout as text (lossy UTF-8).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// stderr as text (lossy UTF-8).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Collects a pipe into a shared buffer on a thread of its own; the
+/// buffer can be read before the pipe closes (what a hung process printed).
+fn collect(
+    mut r: impl Read + Send + 'static,
+) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let b = Arc::clone(&buf);
+    let h = std::thread::spawn(move || {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => b
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    });
+    (buf, h)
+}
+
+/// Runs `cmd` to its end with stdin from `/dev/null`, capturing stdout and
+/// stderr, for at most `limit`. See [`run_with_input`].
+pub fn run(cmd: &mut Command, limit: Duration) -> anyhow::Result<Output> {
+    run_inner(cmd, None, limit)
+}
+
+/// Runs `cmd` to its end with `input` on its stdin (then closed),
+/// capturing stdout and stderr, for at most `limit`. A process still
+/// running at `limit` is ended by PID with its whole process tree
+/// ([`Proc::kill_tree`]) and the error names the command and holds
+/// everything it printed: a hang fails the test that ran it instead of
+/// stalling the run.
+pub fn run_with_input(cmd: &mut Command, input: &[u8], limit: Duration) -> anyhow::Result<Output> {
+    run_inner(cmd, Some(input), limit)
+}
+
+fn run_inner(cmd: &mut Command, input: Option<&[u8]>, limit: Duration) -> anyhow::Result<Output> {
+    let name = std::path::Path::new(cmd.get_program())
+        .file_name()
+        .map_or_else(|| "command".into(), |n| n.to_string_lossy().into_owned());
+    let shown = format!("{cmd:?}");
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut p = Proc::spawn(&name, cmd)?;
+    let (out, out_h) = collect(p.take_stdout().context("stdout not piped")?);
+    let (err, err_h) = collect(p.take_stderr().context("stderr not piped")?);
+    let writer = match (input, p.take_stdin()) {
+        (Some(data), Some(mut stdin)) => {
+            let data = data.to_vec();
+            Some(std::thread::spawn(move || {
+                use std::io::Write;
+                // The program may exit without reading it all.
+                let _ = stdin.write_all(&data);
+            }))
+        }
+        _ => None,
+    };
+    let done = p.wait_timeout(limit)?;
+    let timed_out = done.is_none();
+    let (status, usage) = match done {
+        Some(d) => d,
+        None => p.kill_tree()?,
+    };
+    // The pipes close when the tree is gone; a descendant that escaped
+    // could hold them, so the readers get a bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for h in [out_h, err_h] {
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+        }
+    }
+    if let Some(w) = writer.filter(|w| w.is_finished()) {
+        let _ = w.join();
+    }
+    let take = |b: &Arc<Mutex<Vec<u8>>>| b.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let o = Output {
+        status,
+        stdout: take(&out),
+        stderr: take(&err),
+        usage,
+    };
+    if timed_out {
+        anyhow::bail!(
+            "{name} did not finish in {:.0} s and was killed (pid {}): {shown}\n--- stdout:\n{}\n--- stderr:\n{}",
+            limit.as_secs_f64(),
+            p.pid(),
+            tail_text(&o.stdout_text(), 40),
+            tail_text(&o.stderr_text(), 40),
+        );
+    }
+    Ok(o)
+}
+
+/// Waits at most `limit` for a child that is not kept in a [`Proc`];
+/// `Ok(None)` if it is still running (the caller decides what to do).
+pub fn wait_child(child: &mut Child, limit: Duration) -> anyhow::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(Some(st));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The last `lines` lines of `text`.
+fn tail_text(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// The last `lines` lines of a text file (at most the last 64 KiB are read).
@@ -527,6 +705,39 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(kids.iter().all(|m| !is_alive(m.pid)));
+    }
+
+    #[test]
+    fn run_captures_output_and_kills_a_hung_command() {
+        let o = run(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 4"]),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(o.code(), Some(4));
+        assert_eq!(
+            (o.stdout_text(), o.stderr_text()),
+            ("out\n".into(), "err\n".into())
+        );
+        let o = run_with_input(
+            &mut Command::new("cat"),
+            b"piped in",
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(o.stdout, b"piped in");
+        let t = Instant::now();
+        let e = run(
+            Command::new("sh").args(["-c", "echo before-the-hang; sleep 300"]),
+            Duration::from_millis(300),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert!(
+            e.contains("did not finish") && e.contains("before-the-hang"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -44,8 +44,11 @@ fn namespace_has_only_lo_and_is_gone_after_drop() -> anyhow::Result<()> {
     });
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
     // No route off the box inside.
-    let out = ns.command("ip").args(["-4", "route", "show"]).output()?;
-    assert!(out.status.success());
+    let out = weir_lab::process::run(
+        ns.command("ip").args(["-4", "route", "show"]),
+        Duration::from_secs(30),
+    )?;
+    assert!(out.success());
     assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
     drop(ns);
     assert!(!ns_exists(&name), "{name} still exists after drop");
@@ -75,7 +78,14 @@ fn process_in_namespace_is_killed_on_drop() -> anyhow::Result<()> {
         "sleep not seen in namespace"
     );
     drop(ns);
-    let st = child.wait()?;
+    let st = match weir_lab::process::wait_child(&mut child, Duration::from_secs(30))? {
+        Some(st) => st,
+        None => {
+            let _ = child.kill(); // by its PID, still unreaped
+            let _ = child.wait();
+            panic!("sleep (pid {pid}) outlived its namespace");
+        }
+    };
     assert!(!st.success(), "sleep should have been killed");
     assert!(!pid_alive(pid));
     Ok(())

@@ -3,12 +3,199 @@
 //! Nothing in weir opens a socket, accepts a connection or sends a datagram
 //! except through these functions; each checks the address against the
 //! [`NetPolicy`] first and logs every refusal with the address and the list.
+//!
+//! Names are turned into addresses here too, and only here ([`resolve`],
+//! [`resolve_blocking`]): resolving a name sends a DNS query to whatever
+//! resolver the system uses, so it is itself traffic the policy governs.
+//! IP literals (and `localhost`, which is loopback by definition) need no
+//! query; any other name is resolved only when the policy allows every
+//! address ([`NetPolicy::allows_name_resolution`]), since the resolver and
+//! the answer could be anywhere. The system resolver can only be reached
+//! with a [`LookupAllowed`] token, which only [`plan`] makes, after that
+//! check.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use weir_core::policy::NetPolicy;
+
+/// Why a host could not be turned into socket addresses.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// Not `HOST:PORT`.
+    #[error("{input:?}: expected HOST:PORT (an IP address or host name, a colon, a port)")]
+    BadAddress {
+        /// What was given.
+        input: String,
+    },
+    /// A host name under a policy that does not allow every address.
+    #[error(
+        "{host:?} is a host name, and the network policy ({policy}) does not allow resolving \
+         names (a DNS query could go anywhere); give an IP address, or allow every address \
+         with --allow any"
+    )]
+    Forbidden {
+        /// The name.
+        host: String,
+        /// The policy in force.
+        policy: String,
+    },
+    /// The resolver failed.
+    #[error("cannot resolve {host:?}: {error}")]
+    Lookup {
+        /// The name.
+        host: String,
+        /// What the resolver said.
+        error: io::Error,
+    },
+    /// The resolver answered with no address.
+    #[error("{host:?} has no address")]
+    NoAddress {
+        /// The name.
+        host: String,
+    },
+}
+
+/// Proof that [`plan`] allowed a query to the system resolver; the only
+/// way to reach it.
+#[derive(Debug)]
+pub struct LookupAllowed(());
+
+/// What resolving a host takes.
+#[derive(Debug)]
+pub enum Plan {
+    /// The addresses are known without asking anyone.
+    Known(Vec<SocketAddr>),
+    /// A name to look up; the policy allows the query.
+    Lookup(LookupAllowed),
+}
+
+/// Decides how `host` becomes addresses under `policy`: IP literals
+/// (bracketed IPv6 too) and `localhost` directly, other names only when
+/// the policy allows every address. Sends nothing.
+pub fn plan(policy: &NetPolicy, host: &str, port: u16) -> Result<Plan, ResolveError> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(Plan::Known(vec![SocketAddr::new(ip, port)]));
+    }
+    if bare.eq_ignore_ascii_case("localhost") {
+        return Ok(Plan::Known(vec![SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port,
+        )]));
+    }
+    if bare.is_empty() {
+        return Err(ResolveError::BadAddress {
+            input: format!("{host}:{port}"),
+        });
+    }
+    if !policy.allows_name_resolution() {
+        tracing::warn!("not resolving {bare:?}: the network policy {policy} forbids DNS");
+        return Err(ResolveError::Forbidden {
+            host: bare.to_string(),
+            policy: policy.to_string(),
+        });
+    }
+    Ok(Plan::Lookup(LookupAllowed(())))
+}
+
+/// Splits `HOST:PORT` (`[v6]:PORT` for IPv6 literals) without resolving
+/// anything.
+pub fn parse_host_port(s: &str) -> Result<(String, u16), ResolveError> {
+    let bad = || ResolveError::BadAddress {
+        input: s.to_string(),
+    };
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:").ok_or_else(bad)?;
+        (h, p)
+    } else {
+        let (h, p) = s.rsplit_once(':').ok_or_else(bad)?;
+        if h.contains(':') {
+            // An IPv6 literal without brackets is ambiguous.
+            return Err(bad());
+        }
+        (h, p)
+    };
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let port = port.parse::<u16>().map_err(|_| bad())?;
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// System resolver queries made by this thread (tests prove none).
+    static LOOKUPS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+fn counted(_token: &LookupAllowed) {
+    #[cfg(test)]
+    LOOKUPS.with(|n| n.set(n.get() + 1));
+}
+
+fn non_empty(host: &str, addrs: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, ResolveError> {
+    if addrs.is_empty() {
+        return Err(ResolveError::NoAddress {
+            host: host.to_string(),
+        });
+    }
+    Ok(addrs)
+}
+
+/// Addresses of `host` under `policy` (see [`plan`]); a name is looked up
+/// with the system resolver only when the policy allows every address.
+pub async fn resolve(
+    policy: &NetPolicy,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, ResolveError> {
+    match plan(policy, host, port)? {
+        Plan::Known(a) => Ok(a),
+        Plan::Lookup(token) => {
+            counted(&token);
+            let addrs = tokio::net::lookup_host((host, port))
+                .await
+                .map_err(|error| ResolveError::Lookup {
+                    host: host.to_string(),
+                    error,
+                })?;
+            non_empty(host, addrs.collect())
+        }
+    }
+}
+
+/// [`resolve`] for code outside a tokio runtime (blocks on the lookup).
+pub fn resolve_blocking(
+    policy: &NetPolicy,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, ResolveError> {
+    use std::net::ToSocketAddrs;
+    match plan(policy, host, port)? {
+        Plan::Known(a) => Ok(a),
+        Plan::Lookup(token) => {
+            counted(&token);
+            let addrs = (host, port)
+                .to_socket_addrs()
+                .map_err(|error| ResolveError::Lookup {
+                    host: host.to_string(),
+                    error,
+                })?;
+            non_empty(host, addrs.collect())
+        }
+    }
+}
+
+/// [`parse_host_port`] then [`resolve_blocking`]: `HOST:PORT` to addresses.
+pub fn resolve_host_port(policy: &NetPolicy, s: &str) -> Result<Vec<SocketAddr>, ResolveError> {
+    let (host, port) = parse_host_port(s)?;
+    resolve_blocking(policy, &host, port)
+}
 
 fn refuse(policy: &NetPolicy, addr: SocketAddr, what: &str) -> io::Result<()> {
     match policy.check(addr) {
@@ -45,6 +232,12 @@ pub async fn connect_tcp_from(
     };
     sock.bind(SocketAddr::new(ip, 0))?;
     sock.connect(addr).await
+}
+
+/// Whether a TCP listener could be bound on `addr` now (it is bound and
+/// closed at once; nothing is sent). For choosing a free default port.
+pub fn port_is_free(addr: SocketAddr) -> bool {
+    std::net::TcpListener::bind(addr).is_ok()
 }
 
 /// Binds a listener on `addr`. Binding sends nothing; connections it
@@ -129,6 +322,88 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn host_port_parsing() {
+        let ok = |s: &str| parse_host_port(s).unwrap();
+        assert_eq!(ok("127.0.0.1:80"), ("127.0.0.1".into(), 80));
+        assert_eq!(ok("[::1]:6881"), ("::1".into(), 6881));
+        assert_eq!(ok("tracker.example:443"), ("tracker.example".into(), 443));
+        for bad in [
+            "",
+            "noport",
+            ":80",
+            "host:",
+            "host:99999",
+            "::1:80",
+            "[::1]80",
+            "h:-1",
+        ] {
+            assert!(
+                matches!(parse_host_port(bad), Err(ResolveError::BadAddress { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_name_under_a_narrow_policy_never_reaches_the_resolver() {
+        let before = LOOKUPS.with(|n| n.get());
+        for policy in [
+            NetPolicy::loopback(),
+            NetPolicy::parse("0.0.0.0/0").unwrap(), // every IPv4 but no IPv6
+        ] {
+            for name in ["vm", "example.invalid", "LOCALHOST.localdomain"] {
+                let e = resolve_blocking(&policy, name, 80).unwrap_err();
+                assert!(matches!(e, ResolveError::Forbidden { .. }), "{e}");
+                let e = resolve(&policy, name, 80).await.unwrap_err();
+                assert!(matches!(e, ResolveError::Forbidden { .. }), "{e}");
+                assert!(e.to_string().contains("--allow any"), "{e}");
+            }
+            // Literals and localhost need no query at all.
+            assert_eq!(
+                resolve_blocking(&policy, "127.0.0.2", 9).unwrap(),
+                vec!["127.0.0.2:9".parse::<SocketAddr>().unwrap()]
+            );
+            assert_eq!(
+                resolve(&policy, "[::1]", 9).await.unwrap(),
+                vec!["[::1]:9".parse::<SocketAddr>().unwrap()]
+            );
+            assert_eq!(
+                resolve_host_port(&policy, "localhost:7").unwrap(),
+                vec!["127.0.0.1:7".parse::<SocketAddr>().unwrap()]
+            );
+        }
+        assert_eq!(
+            LOOKUPS.with(|n| n.get()),
+            before,
+            "no resolver query was made"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_open_policy_resolves_names_from_the_hosts_file() {
+        // A name /etc/hosts holds is answered without a DNS query.
+        let Some(name) = std::fs::read_to_string("/etc/hosts").ok().and_then(|h| {
+            h.lines()
+                .filter(|l| l.starts_with("127."))
+                .flat_map(|l| l.split_whitespace().skip(1))
+                .find(|n| !n.eq_ignore_ascii_case("localhost") && !n.starts_with('#'))
+                .map(str::to_string)
+        }) else {
+            let why = "/etc/hosts names no loopback host besides localhost";
+            eprintln!("SKIP: {why}");
+            weir_lab::ci::record_skip(why);
+            return;
+        };
+        let before = LOOKUPS.with(|n| n.get());
+        let any = NetPolicy::allow_all();
+        let a = resolve_blocking(&any, &name, 80).unwrap();
+        assert!(a.iter().any(|a| a.ip().is_loopback()), "{name}: {a:?}");
+        let b = resolve(&any, &name, 81).await.unwrap();
+        assert!(b.iter().all(|a| a.port() == 81), "{b:?}");
+        assert_eq!(LOOKUPS.with(|n| n.get()), before + 2);
     }
 
     #[tokio::test]

@@ -3,10 +3,10 @@
 //! [`crate::net::PolicedUdp`]), using the sans-IO codecs of
 //! [`weir_bt::tracker`].
 //!
-//! Host names are resolved only when the policy allows it
-//! ([`NetPolicy::allows_name_resolution`]); otherwise only IP literals and
-//! `localhost` (taken as 127.0.0.1) are accepted, so no DNS query ever
-//! leaves a loopback-only run. `https://` trackers are not supported.
+//! Host names go through [`crate::net::resolve`], resolved only when the
+//! policy allows it ([`NetPolicy::allows_name_resolution`]); otherwise only
+//! IP literals and `localhost` (taken as 127.0.0.1) are accepted, so no DNS
+//! query ever leaves a loopback-only run. `https://` trackers are not supported.
 //!
 //! UDP: connect, then announce; a lost packet is retransmitted after
 //! `base * 2^n` (BEP 15 says 15 s * 2^n; [`Options`] can make it shorter),
@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -252,39 +252,27 @@ impl TrackerUrl {
     }
 }
 
-/// Addresses for `host`: IP literals and `localhost` directly; names only
-/// when the policy allows resolving.
+/// Addresses for `host` through the one policy-checked resolver
+/// ([`crate::net::resolve`]).
 async fn resolve(
     policy: &NetPolicy,
     host: &str,
     port: u16,
 ) -> Result<Vec<SocketAddr>, TrackerError> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    if host.eq_ignore_ascii_case("localhost") {
-        return Ok(vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)]);
-    }
-    if !policy.allows_name_resolution() {
-        return Err(TrackerError::NameResolutionForbidden {
-            host: host.to_string(),
-            policy: policy.to_string(),
-        });
-    }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+    use crate::net::ResolveError as R;
+    crate::net::resolve(policy, host, port)
         .await
-        .map_err(|source| TrackerError::Resolve {
-            host: host.to_string(),
-            source,
-        })?
-        .collect();
-    if addrs.is_empty() {
-        return Err(TrackerError::Resolve {
-            host: host.to_string(),
-            source: io::Error::new(io::ErrorKind::NotFound, "no addresses"),
-        });
-    }
-    Ok(addrs)
+        .map_err(|e| match e {
+            R::Forbidden { host, policy } => TrackerError::NameResolutionForbidden { host, policy },
+            R::Lookup { host, error } => TrackerError::Resolve {
+                host,
+                source: error,
+            },
+            R::NoAddress { host } | R::BadAddress { input: host } => TrackerError::Resolve {
+                host,
+                source: io::Error::new(io::ErrorKind::NotFound, "no addresses"),
+            },
+        })
 }
 
 /// Aborts a spawned task when dropped (the HTTP connection driver).

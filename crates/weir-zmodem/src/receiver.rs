@@ -165,6 +165,10 @@ pub enum RecvError {
     /// The line closed before the session ended.
     #[error("the line closed before the transfer finished")]
     LineClosed,
+    /// The sender sent data past ZMODEM's 32-bit positions
+    /// ([`crate::consts::MAX_FILE_SIZE`]); the file so far is kept.
+    #[error("the sender sent more than ZMODEM's 4 GiB - 1 limit (at position {0}); cancelled")]
+    TooLong(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -566,6 +570,13 @@ impl Receiver {
                 }
             },
             State::Receiving if self.accepting => {
+                // Positions are 32-bit on the wire: data past them cannot be
+                // acknowledged or restarted, and would grow the file without
+                // bound. The checked data before it is handed out first.
+                if self.pos + len as u64 > crate::consts::MAX_FILE_SIZE {
+                    self.accepting = false;
+                    return self.fail(RecvError::TooLong(self.pos));
+                }
                 self.pos += len as u64;
                 self.errors = 0;
                 self.tries = 0;

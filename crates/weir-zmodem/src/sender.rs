@@ -329,6 +329,15 @@ impl Sender {
 
     // ---- outputs ------------------------------------------------------
 
+    /// Cancels the session from this side (CAN*10 and backspaces, as
+    /// lrzsz does when interrupted): the receiver stops and keeps what it
+    /// checked. Nothing more is framed.
+    pub fn cancel(&mut self) {
+        if !self.is_done() {
+            let _ = self.fail(SendError::Cancelled);
+        }
+    }
+
     /// Bytes waiting to be written to the line.
     pub fn pending_output(&self) -> &[u8] {
         &self.out[self.sent..]

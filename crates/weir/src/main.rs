@@ -1,10 +1,12 @@
 //! `weir`: the command-line front end. Every subcommand lives in its own
 //! module under `cmd/`; this file only parses arguments, sets up logging and
 //! the network policy, and maps errors to exit codes (0 done, 2 bad input,
-//! 1 any other failure).
+//! 1 any other failure, 128 + N stopped by signal N: 130 for Ctrl-C, 143
+//! for SIGTERM).
 
 mod cmd;
 mod exit;
+mod out;
 mod progress;
 
 use std::process::ExitCode;
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
     let policy = match cmd::parse_policy(cli.allow.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("weir: {e:#}");
+            crate::out::errln!("weir: {}", exit::describe(&e));
             return ExitCode::from(2);
         }
     };
@@ -84,8 +86,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of stdout went away: nothing to say, nothing failed.
+        Err(e) if e.chain().any(|c| c.is::<out::Closed>()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("weir: {e:#}");
+            crate::out::errln!("weir: {}", exit::describe(&e));
             if e.chain().any(|c| c.is::<BadInput>()) {
                 ExitCode::from(2)
             } else {

@@ -96,7 +96,7 @@ impl Progress {
         } else {
             String::new()
         };
-        eprintln!(
+        crate::out::errln!(
             "{}: {} {:.1}% {}/{} down {} up {} peers {}{}",
             self.label,
             s.phase,
@@ -110,13 +110,22 @@ impl Progress {
         );
     }
 
+    /// Shows a message line (above the bar on a terminal, which stays);
+    /// shown even when quiet: it says what is wrong and what to do.
+    pub(crate) fn note(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => crate::out::errln!("{msg}"),
+        }
+    }
+
     /// Ends the display with a final line.
     pub(crate) fn finish(&mut self, msg: &str) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
         if !self.quiet {
-            eprintln!("{}: {msg}", self.label);
+            crate::out::errln!("{}: {msg}", self.label);
         }
     }
 }

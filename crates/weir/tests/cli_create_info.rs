@@ -1,20 +1,30 @@
 //! `weir create` and `weir info` run as the built binary: a directory with
 //! nested directories, odd sizes and an empty file; malformed and hostile
-//! torrents exit 2 with a message naming the problem.
+//! torrents exit 2 with a message naming the problem; an existing output
+//! is kept unless `--force`; bad tracker URLs are refused; a reader that
+//! closes the pipe early ends `weir info` quietly. Every run has a time
+//! limit.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use sha1::{Digest, Sha1};
+use weir_lab::process::{Output, Proc, run};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 fn weir(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .current_dir(cwd)
-        .env("WEIR_ALLOW", "loopback")
-        .output()
-        .expect("run weir")
+    run(
+        Command::new(WEIR)
+            .args(args)
+            .current_dir(cwd)
+            .env("WEIR_ALLOW", "loopback"),
+        Duration::from_secs(120),
+    )
+    .expect("run weir")
 }
 
 fn text(b: &[u8]) -> String {
@@ -208,21 +218,11 @@ fn symlink_loops_are_refused() {
     );
 }
 
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false)
-}
-
 /// The same payload and piece size give the same info-hash as mktorrent
 /// (which sends nothing on the network, so no namespace is needed).
 #[test]
 fn info_hash_matches_mktorrent() {
-    if !on_path("mktorrent") {
-        if std::env::var_os("CI").is_some() {
-            panic!("mktorrent is not installed (CI)");
-        }
-        eprintln!("skipping: mktorrent is not installed");
+    if !weir_lab::ci::require_program("mktorrent").unwrap() {
         return;
     }
     let s = Scratch::new("mktorrent");
@@ -242,14 +242,24 @@ fn info_hash_matches_mktorrent() {
     }
     fs::write(s.0.join("one.bin"), pattern(100_000, 9)).unwrap();
     for (input, l, size) in [("p", "15", "32KiB"), ("one.bin", "16", "64KiB")] {
-        let m = Command::new("mktorrent")
-            .args(["-l", l, "-o", "m.torrent", input])
-            .current_dir(&s.0)
-            .output()
-            .unwrap();
+        let m = run(
+            Command::new("mktorrent")
+                .args(["-l", l, "-o", "m.torrent", input])
+                .current_dir(&s.0),
+            Duration::from_secs(120),
+        )
+        .unwrap();
         assert!(m.status.success(), "{}", text(&m.stderr));
         let w = weir(
-            &["create", input, "-o", "w.torrent", "--piece-size", size],
+            &[
+                "create",
+                input,
+                "-o",
+                "w.torrent",
+                "--piece-size",
+                size,
+                "--force",
+            ],
             &s.0,
         );
         assert!(w.status.success(), "{}", text(&w.stderr));
@@ -263,4 +273,153 @@ fn info_hash_matches_mktorrent() {
         );
         fs::remove_file(s.0.join("m.torrent")).unwrap();
     }
+}
+
+#[test]
+fn create_keeps_an_existing_output_unless_forced() {
+    let s = Scratch::new("force");
+    fs::write(s.0.join("f"), pattern(20_000, 1)).unwrap();
+    fs::write(s.0.join("mine.torrent"), b"not yours").unwrap();
+    let out = weir(&["create", "f", "-o", "mine.torrent"], &s.0);
+    assert_eq!(out.code(), Some(2), "{}", out.stderr_text());
+    let e = out.stderr_text();
+    assert!(
+        e.contains("mine.torrent already exists") && e.contains("--force"),
+        "{e}"
+    );
+    assert_eq!(fs::read(s.0.join("mine.torrent")).unwrap(), b"not yours");
+    // The default name too.
+    fs::write(s.0.join("f.torrent"), b"also mine").unwrap();
+    let out = weir(&["create", "f"], &s.0);
+    assert_eq!(out.code(), Some(2), "{}", out.stderr_text());
+    assert_eq!(fs::read(s.0.join("f.torrent")).unwrap(), b"also mine");
+    // --force replaces it with a torrent.
+    let out = weir(&["create", "f", "-o", "mine.torrent", "--force"], &s.0);
+    assert!(out.success(), "{}", out.stderr_text());
+    let m = weir_bt::metainfo::Metainfo::from_bytes(&fs::read(s.0.join("mine.torrent")).unwrap())
+        .unwrap();
+    assert_eq!(m.info.name, "f");
+    let leftovers: Vec<_> = fs::read_dir(&s.0)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("weir-tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn create_refuses_tracker_urls_clients_cannot_use() {
+    let s = Scratch::new("trackers");
+    fs::write(s.0.join("f"), pattern(20_000, 2)).unwrap();
+    for (url, why) in [
+        ("notaurl", "not a URL"),
+        ("ftp://t.example/announce", "not a tracker protocol"),
+        ("udp://t.example/announce", "needs a port"),
+        ("http://t.example:70000/announce", "1 to 65535"),
+    ] {
+        let out = weir(&["create", "f", "-o", "t.torrent", "-t", url], &s.0);
+        let e = out.stderr_text();
+        assert_eq!(out.code(), Some(2), "{url}: {e}");
+        assert!(e.contains(url) && e.contains(why), "{url}: {e}");
+        assert!(
+            !s.0.join("t.torrent").exists(),
+            "{url}: a torrent was written"
+        );
+    }
+    // One bad URL in a tier list is enough to refuse.
+    let out = weir(
+        &[
+            "create",
+            "f",
+            "-o",
+            "t.torrent",
+            "-t",
+            "http://127.0.0.1:6969/announce,bogus",
+        ],
+        &s.0,
+    );
+    assert_eq!(out.code(), Some(2), "{}", out.stderr_text());
+    let out = weir(
+        &[
+            "create",
+            "f",
+            "-o",
+            "t.torrent",
+            "-t",
+            "https://t.example/announce",
+            "-t",
+            "udp://[::1]:6969",
+        ],
+        &s.0,
+    );
+    assert!(out.success(), "{}", out.stderr_text());
+}
+
+#[test]
+fn info_into_a_closed_pipe_ends_quietly() {
+    let s = Scratch::new("epipe");
+    // 1,500 files: the listing (and the JSON) is well over a pipe's 64 KiB,
+    // so weir is still writing when the reader goes.
+    let root = s.0.join("many");
+    fs::create_dir_all(&root).unwrap();
+    for i in 0..1500 {
+        fs::write(
+            root.join(format!("file-with-a-long-name-{i:05}.dat")),
+            [i as u8],
+        )
+        .unwrap();
+    }
+    let out = weir(&["create", "many", "-o", "many.torrent"], &s.0);
+    assert!(out.success(), "{}", out.stderr_text());
+    for json in [false, true] {
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["info", "many.torrent"]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.current_dir(&s.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut p = Proc::spawn("weir info", &mut cmd).unwrap();
+        let mut err = p.take_stderr().unwrap();
+        {
+            // What `head -c 200` does: read a little, then close.
+            let mut stdout = p.take_stdout().unwrap();
+            let mut first = [0u8; 200];
+            stdout.read_exact(&mut first).unwrap();
+        }
+        let Some((st, _)) = p.wait_timeout(Duration::from_secs(60)).unwrap() else {
+            panic!("{}", p.failure("weir info still running"));
+        };
+        let mut text = String::new();
+        err.read_to_string(&mut text).unwrap();
+        assert_eq!(st.code(), Some(0), "json={json}: {st}: {text}");
+        assert!(text.is_empty(), "json={json}: quiet: {text}");
+    }
+}
+
+#[test]
+fn create_with_stderr_gone_still_works() {
+    let s = Scratch::new("stderr-gone");
+    fs::write(s.0.join("f"), pattern(50_000, 4)).unwrap();
+    // A stderr whose reader is already gone: every write to it fails with
+    // EPIPE (what `2>&1 | head -1` leads to once head exits).
+    let (gone, stderr) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(gone);
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["create", "f", "-o", "f.torrent"])
+        .current_dir(&s.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(stderr)));
+    let mut p = Proc::spawn("weir create", &mut cmd).unwrap();
+    let mut out = String::new();
+    p.take_stdout().unwrap().read_to_string(&mut out).unwrap();
+    let Some((st, _)) = p.wait_timeout(Duration::from_secs(60)).unwrap() else {
+        panic!("{}", p.failure("weir create still running"));
+    };
+    assert_eq!(st.code(), Some(0), "{st}: {out}");
+    assert!(out.contains("wrote: f.torrent"), "{out}");
+    assert!(s.0.join("f.torrent").exists());
 }

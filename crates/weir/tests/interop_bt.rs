@@ -73,18 +73,17 @@ fn fixture(tracker: &str) -> anyhow::Result<Fixture> {
     let refs: Vec<(&str, u64)> = files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
     payload::write_tree(&data, &refs, 7)?;
     let t = dir.path().join("set.torrent");
-    let out = Command::new(WEIR)
-        .args(["--allow", "127.0.0.0/8", "create"])
-        .arg(data.join("set"))
-        .arg("-o")
-        .arg(&t)
-        .args(["-t", tracker])
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "weir create failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let out = weir_lab::process::run(
+        Command::new(WEIR)
+            .args(["--allow", "127.0.0.0/8", "create"])
+            .arg(data.join("set"))
+            .arg("-o")
+            .arg(&t)
+            .args(["-t", tracker]),
+        Duration::from_secs(120),
+    )?;
+    if !out.success() {
+        bail!("weir create failed: {}", out.stderr_text());
     }
     let info = torrent::TorrentInfo::read(&t)?;
     Ok(Fixture {

@@ -29,7 +29,7 @@ use weir_ed2k::tag::{self, TagValue};
 use weir_ed2k::wire::Reader;
 use weir_ed2k::{AichHash, Md4Hash, PARTSIZE};
 use weir_lab::amule::{Amule, AmuleConfig};
-use weir_lab::process::{stdout_lines, wait_line};
+use weir_lab::process::{run, stdout_lines, wait_line};
 use weir_lab::{Netns, Proc, TempDir, VethPair, ci};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
@@ -88,9 +88,9 @@ fn weir_hash(files: &[PathBuf], parts: bool) -> anyhow::Result<Vec<String>> {
     if parts {
         c.arg("--parts");
     }
-    let out = c.args(files).output()?;
-    if !out.status.success() {
-        bail!("weir hash failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = run(c.args(files), Duration::from_secs(120))?;
+    if !out.success() {
+        bail!("weir hash failed: {}", out.stderr_text());
     }
     Ok(String::from_utf8(out.stdout)?
         .lines()
@@ -121,7 +121,10 @@ fn hash_matches_alcc_around_part_boundaries() -> anyhow::Result<()> {
     let ours = weir_hash(&files, true)?;
     assert_eq!(ours.len(), files.len());
     for (file, mine) in files.iter().zip(&ours) {
-        let out = Command::new("alcc").arg("-p").arg(file).output()?;
+        let out = run(
+            Command::new("alcc").arg("-p").arg(file),
+            Duration::from_secs(60),
+        )?;
         let text = String::from_utf8_lossy(&out.stdout);
         let theirs = text
             .lines()
@@ -533,14 +536,14 @@ fn client_codecs_download_blocks_from_amuled() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `weir hash` exit codes: 2 for bad input, 1 for a file that cannot be
-/// read; and `weir ed2k-server` answers a login on loopback (no root, no
+/// `weir hash` exit codes: 2 for bad input (a missing file included, as for
+/// `weir get`); and `weir ed2k-server` answers a login on loopback (no root, no
 /// third-party program needed).
 #[test]
 fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
     let dir = TempDir::new("ed2k-cli")?;
     let code = |args: &[&str]| -> anyhow::Result<Option<i32>> {
-        Ok(Command::new(WEIR).args(args).output()?.status.code())
+        Ok(run(Command::new(WEIR).args(args), Duration::from_secs(60))?.code())
     };
     let f = dir.path().join("a b.bin");
     write_file(&f, 1000, 3)?;
@@ -551,7 +554,11 @@ fn cli_hash_errors_and_server_on_loopback() -> anyhow::Result<()> {
         Some(2),
         "a directory"
     );
-    assert_eq!(code(&["hash", "--ed2k", "/nonexistent/x"])?, Some(1));
+    assert_eq!(
+        code(&["hash", "--ed2k", "/nonexistent/x"])?,
+        Some(2),
+        "a missing file"
+    );
     let out = weir_hash(&[PathBuf::from(f)], false)?;
     assert!(
         out[0].starts_with("ed2k://|file|a%20b.bin|1000|"),
@@ -785,22 +792,76 @@ fn amuled_gets_from_weir_seed() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `weir seed --ed2k` -> `weir get` on loopback: a file of exactly two
-/// parts, byte-identical; then the bad inputs `weir get` refuses with
-/// exit code 2 (malformed link, a name that would leave the directory).
+/// The README's two commands on one machine, as one user (one
+/// `WEIR_ED2K_HOME`): `weir seed --ed2k FILE --listen IP:PORT` prints a
+/// link naming itself, `weir get LINK -o DIR` fetches it. Both used to
+/// present the same user hash, each took the other for itself ("connected
+/// to ourselves", silently) and the get stalled. A file of exactly two
+/// parts, byte-identical; run twice, the seeder presents the same hash
+/// (its port's) each time.
 #[test]
-fn weir_to_weir_and_bad_links_on_loopback() -> anyhow::Result<()> {
+fn readme_seed_then_get_as_one_user_on_loopback() -> anyhow::Result<()> {
     let dir = TempDir::new("ed2k-w2w")?;
+    let home = dir.path().join("home");
     let src = dir.path().join("exact.bin");
     let size = 2 * PARTSIZE;
     write_file(&src, size, 51)?;
-    let mut cmd = weir_cmd(None, &dir.path().join("home1"), "127.0.0.0/8");
-    cmd.args(["seed", "--ed2k"])
+    // A port of its own for the seeder, so both runs present it.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    for round in 0..2 {
+        let mut cmd = weir_cmd(None, &home, "127.0.0.0/8");
+        cmd.args(["seed", "--ed2k"])
+            .arg(&src)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "-q"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut seed = Proc::spawn("weir seed", &mut cmd)?;
+        let out = stdout_lines(&mut seed)?;
+        let link = wait_line(
+            &out,
+            Instant::now() + Duration::from_secs(120),
+            "link",
+            |l| l.starts_with("ed2k://"),
+        )?;
+        assert!(
+            link.contains(&format!("|sources,127.0.0.1:{port}|")),
+            "{link}"
+        );
+        // Without p=: the hashset (three hashes) comes from the seeder.
+        let dest = dir.path().join(format!("out{round}"));
+        let o = run(
+            weir_cmd(None, &home, "127.0.0.0/8")
+                .args(["get", &link, "--listen", "127.0.0.1:0", "-o"])
+                .arg(&dest),
+            Duration::from_secs(120),
+        )?;
+        assert!(o.success(), "weir get: {}\n{}", o.status, o.stderr_text());
+        assert!(
+            !o.stderr_text().contains("our own user hash"),
+            "{}",
+            o.stderr_text()
+        );
+        assert!(
+            std::fs::read(dest.join("exact.bin"))? == std::fs::read(&src)?,
+            "downloaded file differs"
+        );
+        seed.kill_tree()?;
+    }
+    // Two clients forced to one hash still take each other for themselves,
+    // but say so instead of stalling quietly.
+    let same = "0123456789ABCDEF0123456789ABCDEF";
+    let mut cmd = weir_cmd(None, &home, "127.0.0.0/8");
+    cmd.env("WEIR_ED2K_USER_HASH", same)
+        .args(["seed", "--ed2k"])
         .arg(&src)
-        .args(["--listen", "127.0.0.1:0", "-q"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "-q"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::null());
     let mut seed = Proc::spawn("weir seed", &mut cmd)?;
     let out = stdout_lines(&mut seed)?;
     let link = wait_line(
@@ -809,37 +870,75 @@ fn weir_to_weir_and_bad_links_on_loopback() -> anyhow::Result<()> {
         "link",
         |l| l.starts_with("ed2k://"),
     )?;
-    assert!(link.contains("|sources,127.0.0.1:"), "{link}");
-    // Without p=: the hashset (three hashes) comes from the seeder.
-    let dest = dir.path().join("out");
-    let code = weir_cmd(None, &dir.path().join("home2"), "127.0.0.0/8")
-        .args(["get", &link, "-q", "--listen", "127.0.0.1:0", "-o"])
-        .arg(&dest)
-        .status()?;
-    assert!(code.success(), "weir get: {code}");
-    assert!(
-        std::fs::read(dest.join("exact.bin"))? == std::fs::read(&src)?,
-        "downloaded file differs"
-    );
-    seed.kill_tree()?;
-
-    let get = |link: &str| -> anyhow::Result<Option<i32>> {
-        Ok(weir_cmd(None, &dir.path().join("home2"), "127.0.0.0/8")
-            .args(["get", link, "-q", "-o"])
-            .arg(dir.path().join("bad"))
-            .output()?
-            .status
-            .code())
-    };
-    for bad in [
-        "ed2k://|file|x.bin|12|NOTAHASH|/",
-        "ed2k://|file|x.bin|notasize|31D6CFE0D16AE931B73C59D7E0C089C0|/",
-        "ed2k://|file|..%2F..%2Fescape.bin|10|31D6CFE0D16AE931B73C59D7E0C089C0|/",
-        "ed2k://|file|..|10|31D6CFE0D16AE931B73C59D7E0C089C0|/",
-        "ed2k://|server|10.0.0.1|4661|/",
-    ] {
-        assert_eq!(get(bad)?, Some(2), "{bad}");
+    let mut cmd = weir_cmd(None, &home, "127.0.0.0/8");
+    cmd.env("WEIR_ED2K_USER_HASH", same)
+        .args(["get", &link, "--listen", "127.0.0.1:0", "-o"])
+        .arg(dir.path().join("same"));
+    let mut get = Proc::spawn_logged("weir get", &mut cmd, dir.path())?;
+    let log = get.stderr_log().context("logged")?.to_path_buf();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)?.contains("presents our own user hash") {
+        if Instant::now() > deadline || !get.is_running() {
+            return Err(get.failure("no report of the self-connection"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!dir.path().join("escape.bin").exists());
+    get.kill_tree()?;
+    seed.kill_tree()?;
+    Ok(())
+}
+
+/// Links `weir get` refuses with exit 2 and a message naming what is
+/// wrong, before any file is made: a bad hash or size, a name that would
+/// leave the download directory, a server link. An escape from `-o
+/// DIR/a/b` would land in `DIR/a` or `DIR` (`../` and `../../`): nothing
+/// may appear anywhere under `DIR` but the empty download directory.
+#[test]
+fn bad_links_exit_2_naming_the_problem() -> anyhow::Result<()> {
+    let dir = TempDir::new("ed2k-badlink")?;
+    let dest = dir.path().join("a").join("b");
+    let hash = "31D6CFE0D16AE931B73C59D7E0C089C0";
+    let cases = [
+        ("ed2k://|file|x.bin|12|NOTAHASH|/".to_string(), "hash"),
+        (format!("ed2k://|file|x.bin|notasize|{hash}|/"), "size"),
+        (
+            format!("ed2k://|file|..%2F..%2Fescape.bin|10|{hash}|/"),
+            "escape.bin",
+        ),
+        (format!("ed2k://|file|..%2Fup.bin|10|{hash}|/"), "up.bin"),
+        (format!("ed2k://|file|..|10|{hash}|/"), ".."),
+        ("ed2k://|server|10.0.0.1|4661|/".to_string(), "server"),
+    ];
+    for (link, names) in &cases {
+        let o = run(
+            weir_cmd(None, &dir.path().join("home"), "127.0.0.0/8")
+                .args(["get", link, "-q", "--listen", "127.0.0.1:0", "-o"])
+                .arg(&dest),
+            Duration::from_secs(60),
+        )?;
+        let err = o.stderr_text();
+        assert_eq!(o.code(), Some(2), "{link}: {err}");
+        assert!(
+            err.contains(names) && err.lines().count() <= 3,
+            "{link}: the message should name {names:?} in a line or two: {err}"
+        );
+    }
+    let mut found = Vec::new();
+    let mut todo = vec![dir.path().to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            found.push(p.strip_prefix(dir.path())?.display().to_string());
+        }
+    }
+    found.retain(|p| !p.starts_with("home"));
+    found.sort();
+    assert!(
+        found.iter().all(|p| p == "a" || p == "a/b"),
+        "files made for refused links: {found:?}"
+    );
     Ok(())
 }

@@ -213,16 +213,17 @@ fn a_file_over_4_gib_is_refused_before_anything_is_sent() {
     let big = src.path().join("big.img");
     let f = std::fs::File::create(&big).unwrap();
     f.set_len(5 << 30).unwrap(); // sparse
-    let out = std::process::Command::new(weir())
-        .env("WEIR_ALLOW", "127.0.0.0/8")
-        .args(["sz", "-q"])
-        .arg(&big)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "exit code for bad input");
+    let out = weir_lab::process::run(
+        std::process::Command::new(weir())
+            .env("WEIR_ALLOW", "127.0.0.0/8")
+            .args(["sz", "-q"])
+            .arg(&big),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(out.code(), Some(2), "exit code for bad input");
     assert!(out.stdout.is_empty(), "nothing was sent on the line");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = out.stderr_text();
     assert!(
         err.contains("4294967295") && err.contains("32-bit"),
         "{err}"

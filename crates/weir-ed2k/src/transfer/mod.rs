@@ -134,6 +134,11 @@ impl ClientConfig {
     }
 }
 
+/// The [`Event::Close`] reason when a peer's hello carries our own user
+/// hash: it is us (or another client given the same hash), which the
+/// runtime reports rather than dropping quietly.
+pub const SELF_CONNECTION: &str = "connected to ourselves";
+
 /// Something the runtime must do.
 #[derive(Debug)]
 pub enum Event {
@@ -782,7 +787,7 @@ impl Client {
 
     fn on_hello(&mut self, conn: ConnId, h: Hello, now: Instant) {
         if h.user_hash == self.cfg.user_hash {
-            return self.close(conn, "connected to ourselves".into());
+            return self.close(conn, SELF_CONNECTION.into());
         }
         let c = self.conns.get_mut(&conn).expect("caller checked");
         let info = h.info();

@@ -35,6 +35,7 @@ use weir_ed2k::server::{ServerSession, SessionEvent, SharedInfo};
 use weir_ed2k::transfer::{Client, ClientConfig, ConnId, Event, FileId, Stats};
 
 use super::conn::{self, PeerDecoder, ServerDecoder, ServerPacket};
+use super::userhash::UserHash;
 use crate::bandwidth::Limiter;
 use crate::peerconn::{self, ConnEvent, Outgoing};
 use crate::storage::{DiskStorage, StorageConfig, load_resume};
@@ -62,8 +63,9 @@ pub struct Ed2kConfig {
     pub max_peers: usize,
     /// Hash every part already on disk at start, ignoring resume data.
     pub recheck: bool,
-    /// Our user hash (keep it stable: see [`super::userhash`]).
-    pub user_hash: Md4Hash,
+    /// Our user hash, per listen port (keep it stable: see
+    /// [`super::userhash`]).
+    pub user_hash: UserHash,
     /// Nick shown to peers and servers.
     pub nick: String,
     /// Storage worker threads per file.
@@ -80,7 +82,7 @@ pub struct Ed2kConfig {
 
 impl Ed2kConfig {
     /// Defaults under `policy`, downloading into `out_dir`.
-    pub fn new(policy: NetPolicy, out_dir: PathBuf, user_hash: Md4Hash) -> Self {
+    pub fn new(policy: NetPolicy, out_dir: PathBuf, user_hash: UserHash) -> Self {
         Self {
             policy,
             out_dir,
@@ -249,7 +251,7 @@ pub async fn start(
         None => None,
     };
     let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
-    let mut ccfg = ClientConfig::new(cfg.user_hash);
+    let mut ccfg = ClientConfig::new(cfg.user_hash.for_port(local_addr.map_or(0, |a| a.port())));
     ccfg.nick = cfg.nick.clone();
     ccfg.listen_port = local_addr.map_or(0, |a| a.port());
     ccfg.accept_compressed = cfg.accept_compressed;
@@ -658,7 +660,20 @@ impl Driver {
                 }
                 Event::Close { conn, reason } => {
                     if let Some(c) = self.conns.get(&conn) {
-                        tracing::debug!("peer {}: {reason}; disconnected", c.addr);
+                        if reason == weir_ed2k::transfer::SELF_CONNECTION {
+                            // Never silent: a source that is us, or another
+                            // client with our hash, would stall a download.
+                            tracing::warn!(
+                                "peer {} presents our own user hash: it is this client, or \
+                                 another one given the same WEIR_ED2K_USER_HASH (unset it so \
+                                 each listen port gets its own); not using it",
+                                c.addr
+                            );
+                            let addr = c.addr;
+                            self.known.remove(&addr);
+                        } else {
+                            tracing::debug!("peer {}: {reason}; disconnected", c.addr);
+                        }
                     }
                     self.client.remove_conn(conn, Instant::now());
                     self.drop_conn(conn);
@@ -856,7 +871,8 @@ impl Driver {
             Limiter::unlimited(),
             self.tx.clone(),
         ));
-        let session = ServerSession::new(self.cfg.user_hash, self.listen_port, &self.cfg.nick);
+        let hash = self.cfg.user_hash.for_port(self.listen_port);
+        let session = ServerSession::new(hash, self.listen_port, &self.cfg.nick);
         self.server = Some(ServerConn {
             addr,
             session,

@@ -1,16 +1,65 @@
-//! One stable user hash per installation.
+//! Stable user hashes: one per listen port of an installation.
 //!
-//! aMule bans an address for about two hours when the user hash seen from
-//! it changes ("Userhash changed"), so weir makes one hash once and keeps
-//! it: in `$WEIR_ED2K_HOME/userhash`, else `$XDG_DATA_HOME/weir/ed2k-userhash`,
-//! else `~/.local/share/weir/ed2k-userhash`. `WEIR_ED2K_USER_HASH` (32 hex
-//! digits) overrides it (tests).
+//! aMule and eMule remember the user hash each `IP:port` presented (the
+//! port from the hello) and ban the address for about two hours when it
+//! changes ("Userhash changed", `ComparePriorUserhash(ip, port, ...)`). And
+//! two clients must not share a hash: each takes the other for itself
+//! ("connected to ourselves"), so `weir seed --ed2k` and `weir get` of the
+//! same user on one machine never talked.
+//!
+//! So the hash is a function of exactly what aMule keys it by: weir keeps
+//! one secret per installation (made once: in `$WEIR_ED2K_HOME/userhash`,
+//! else `$XDG_DATA_HOME/weir/ed2k-userhash`, else
+//! `~/.local/share/weir/ed2k-userhash`) and each client uses
+//! [`UserHash::for_port`] of the port it listens on. The same port always
+//! presents the same hash, run after run; two processes cannot listen on
+//! one port at once, so they never share a hash; no lock or slot is
+//! needed. `WEIR_ED2K_USER_HASH` (32 hex digits) fixes one hash for every
+//! port (tests).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use weir_ed2k::Md4Hash;
 use weir_ed2k::client::hello::user_hash_from_random;
+
+/// Which user hash a client presents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserHash {
+    /// This hash on every port (`WEIR_ED2K_USER_HASH`, tests). Two clients
+    /// given the same one take each other for themselves.
+    Fixed(Md4Hash),
+    /// Derived from this installation's secret and the listen port.
+    PerPort(Md4Hash),
+}
+
+impl UserHash {
+    /// The hash a client listening on `port` presents (0: not listening).
+    /// Stable for a given secret and port; distinct ports give distinct
+    /// hashes; eMule's markers (bytes 5 and 14) are set.
+    pub fn for_port(&self, port: u16) -> Md4Hash {
+        match self {
+            UserHash::Fixed(h) => *h,
+            UserHash::PerPort(secret) => {
+                let mut input = Vec::with_capacity(48);
+                input.extend_from_slice(b"weir eD2k user hash per port\0");
+                input.extend_from_slice(&secret.0);
+                input.extend_from_slice(&port.to_be_bytes());
+                user_hash_from_random(weir_ed2k::hash::md4(&input).0)
+            }
+        }
+    }
+}
+
+/// The user hash source: [`UserHash::Fixed`] from `WEIR_ED2K_USER_HASH`
+/// if set, else [`UserHash::PerPort`] of the secret kept at `path` (made
+/// there on first use).
+pub fn load(path: &Path) -> io::Result<UserHash> {
+    if std::env::var_os("WEIR_ED2K_USER_HASH").is_some() {
+        return load_or_create(path).map(UserHash::Fixed);
+    }
+    load_or_create(path).map(UserHash::PerPort)
+}
 
 /// Where the user hash is kept.
 pub fn default_path() -> PathBuf {
@@ -25,8 +74,8 @@ pub fn default_path() -> PathBuf {
     data.join("weir").join("ed2k-userhash")
 }
 
-/// The user hash: `WEIR_ED2K_USER_HASH` if set, else the one stored at
-/// `path`, else a new one stored there.
+/// The stored secret (a hash-shaped 16 bytes): `WEIR_ED2K_USER_HASH` if
+/// set, else the one stored at `path`, else a new one stored there.
 pub fn load_or_create(path: &Path) -> io::Result<Md4Hash> {
     if let Ok(hex) = std::env::var("WEIR_ED2K_USER_HASH") {
         return Md4Hash::from_hex(hex.trim()).map_err(|e| {
@@ -88,5 +137,27 @@ mod tests {
         std::fs::write(&p, "not hex").unwrap();
         assert!(load_or_create(&p).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_stable_hash_per_port_and_never_two_alike() {
+        let secret = user_hash_from_random([0x3c; 16]);
+        let u = UserHash::PerPort(secret);
+        let mut seen = std::collections::BTreeSet::new();
+        for port in (0..=u16::MAX).step_by(97).chain([4662, 4663, 6881, 6882]) {
+            let h = u.for_port(port);
+            assert_eq!(h, u.for_port(port), "stable");
+            assert_eq!((h.0[5], h.0[14]), (14, 111), "eMule markers");
+            assert_ne!(h, secret);
+            seen.insert((port, h.0));
+        }
+        let hashes: std::collections::BTreeSet<_> = seen.iter().map(|(_, h)| *h).collect();
+        assert_eq!(hashes.len(), seen.len(), "two ports share a hash");
+        // Another installation's secret gives other hashes.
+        let other = UserHash::PerPort(user_hash_from_random([0x3d; 16]));
+        assert_ne!(other.for_port(4662), u.for_port(4662));
+        // A fixed hash is the same everywhere.
+        let f = UserHash::Fixed(secret);
+        assert_eq!((f.for_port(1), f.for_port(2)), (secret, secret));
     }
 }

@@ -12,6 +12,8 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use weir_core::policy::NetPolicy;
@@ -23,8 +25,65 @@ pub(crate) const READ_CHUNK: usize = 256 * 1024;
 pub struct Line {
     input: File,
     output: File,
+    /// Wakes the session when a stop is asked for ([`Line::stop_on`]).
+    stop: Option<StopRequest>,
     /// Terminal settings to restore when the session ends (stdio on a tty).
     _tty: Option<RawTty>,
+}
+
+/// A request to stop a session cleanly: the signal number once asked, and
+/// the read end of a pipe that becomes readable then (so a session blocked
+/// waiting for the line wakes at once).
+#[derive(Debug)]
+pub struct StopRequest {
+    signal: Arc<AtomicI32>,
+    wake: OwnedFd,
+}
+
+impl StopRequest {
+    /// Stops on SIGINT or SIGTERM: from now on they no longer end the
+    /// process; a thread waits for them (tokio's signal handling on a
+    /// runtime of its own) and asks the session to stop. A second signal
+    /// ends the process at once with 128 + its number.
+    pub fn on_signals() -> io::Result<StopRequest> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (wake, notify) = nix::unistd::pipe().map_err(io::Error::from)?;
+        let sig = Arc::new(AtomicI32::new(0));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        // Registered here, before the session starts, not in the thread.
+        let (mut int, mut term) = rt.block_on(async {
+            Ok::<_, io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })?;
+        let seen = Arc::clone(&sig);
+        std::thread::Builder::new()
+            .name("weir-zmodem-signals".into())
+            .spawn(move || {
+                let mut notify = File::from(notify);
+                rt.block_on(async {
+                    loop {
+                        let n = tokio::select! {
+                            _ = int.recv() => libc::SIGINT,
+                            _ = term.recv() => libc::SIGTERM,
+                        };
+                        if seen.swap(n, Ordering::SeqCst) != 0 {
+                            std::process::exit(128 + n);
+                        }
+                        let _ = notify.write_all(b"!");
+                    }
+                });
+            })?;
+        Ok(StopRequest { signal: sig, wake })
+    }
+
+    /// The signal that asked to stop, if one did.
+    fn asked(&self) -> Option<i32> {
+        Some(self.signal.load(Ordering::SeqCst)).filter(|&n| n != 0)
+    }
 }
 
 impl Line {
@@ -39,6 +98,7 @@ impl Line {
         Ok(Line {
             input,
             output,
+            stop: None,
             _tty: tty,
         })
     }
@@ -48,6 +108,7 @@ impl Line {
         Line {
             input: File::from(input),
             output: File::from(output),
+            stop: None,
             _tty: None,
         }
     }
@@ -59,6 +120,7 @@ impl Line {
         Ok(Line {
             input: File::from(OwnedFd::from(stream)),
             output,
+            stop: None,
             _tty: None,
         })
     }
@@ -84,10 +146,25 @@ impl Line {
         Ok(LineListener { rt, listener })
     }
 
+    /// Lets `stop` end the session cleanly: the driver then cancels it
+    /// (the other side is told), keeps what was checked, and fails with
+    /// [`super::ZmodemError::Stopped`].
+    pub fn stop_on(mut self, stop: StopRequest) -> Line {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// The signal that asked the session to stop, if one did.
+    pub(crate) fn stop_asked(&self) -> Option<i32> {
+        self.stop.as_ref().and_then(StopRequest::asked)
+    }
+
     /// Waits until input is readable (or at end), at most `timeout`
-    /// (forever if `None`). Returns whether it is.
+    /// (forever if `None`). Returns whether it is; `false` also when a
+    /// stop was asked for meanwhile ([`Line::stop_asked`]).
     pub(crate) fn wait_input(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        poll_readable(self.input.as_fd(), timeout)
+        let wake = self.stop.as_ref().map(|s| s.wake.as_fd());
+        poll_readable(self.input.as_fd(), wake, timeout)
     }
 
     /// Reads what is there (blocks if nothing is).
@@ -186,24 +263,38 @@ impl Drop for RawTty {
     }
 }
 
-/// `poll(2)` for readability of one descriptor.
-fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+/// `poll(2)` for readability of `fd` (and of `wake`, which only ends the
+/// wait: the answer is whether `fd` is readable).
+fn poll_readable(
+    fd: BorrowedFd<'_>,
+    wake: Option<BorrowedFd<'_>>,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
     let ms = match timeout {
         None => -1,
         // Round up so a timer is never polled early and spun on.
         Some(t) => libc::c_int::try_from(t.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX),
     };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = [
+        libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            // A negative fd is ignored by poll(2).
+            fd: wake.map_or(-1, |w| w.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
     loop {
         #[allow(unsafe_code)]
-        // SAFETY: `pfd` is one valid, initialised pollfd that lives on this
-        // stack frame for the whole call, and nfds is 1; `fd` is a borrowed,
-        // open descriptor. poll(2) only writes `revents`.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // SAFETY: `pfd` is an array of two valid, initialised pollfds that
+        // lives on this stack frame for the whole call, and nfds is 2;
+        // both descriptors are borrowed and open (or -1, which poll skips).
+        // poll(2) only writes the `revents` fields.
+        let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -212,7 +303,7 @@ fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bo
             return Err(e);
         }
         // POLLHUP/POLLERR count as readable: the read reports what happened.
-        return Ok(r > 0 && pfd.revents != 0);
+        return Ok(r > 0 && pfd[0].revents != 0);
     }
 }
 

@@ -20,7 +20,7 @@ mod send;
 
 use std::time::Duration;
 
-pub use line::{Line, LineListener};
+pub use line::{Line, LineListener, StopRequest};
 pub use recv::{RecvOptions, RecvReport, receive_files};
 pub use send::{SendOptions, SendReport, send_files};
 
@@ -78,6 +78,27 @@ pub enum ZmodemError {
     /// Reading or writing the line failed.
     #[error("line: {0}")]
     Line(std::io::Error),
+    /// The sender sent more data than the size it announced for the file;
+    /// the announced bytes are kept and the session cancelled.
+    #[error(
+        "{path}: the sender announced {announced} bytes and sent more; \
+         kept the {announced} bytes and cancelled (send the file again if it changed)"
+    )]
+    Oversize {
+        /// The file.
+        path: String,
+        /// The size the sender announced.
+        announced: u64,
+    },
+    /// A signal asked the session to stop: it was cancelled (the other side
+    /// told), what was checked is kept.
+    #[error(
+        "stopped by signal {signal}; the other side was told, and a partial file is kept (resume with -r)"
+    )]
+    Stopped {
+        /// The signal number (2: SIGINT, 15: SIGTERM).
+        signal: i32,
+    },
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     File {

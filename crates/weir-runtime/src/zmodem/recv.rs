@@ -87,6 +87,16 @@ pub fn receive_files(
     let mut cur: Option<Current> = None;
     let mut last_progress = Instant::now();
     let result: Result<(), ZmodemError> = 'run: loop {
+        if let Some(signal) = line.stop_asked() {
+            // Cancel (the sender is told), then write what was checked.
+            r.cancel();
+            while let Some(ev) = r.poll_event() {
+                if let (RecvEvent::Data { offset, data }, Some(c)) = (ev, cur.as_mut()) {
+                    report.bytes += write_data(c, offset, &data).unwrap_or_else(|(n, _)| n);
+                }
+            }
+            break Err(ZmodemError::Stopped { signal });
+        }
         // Events first: data to write, offers to decide.
         while let Some(ev) = r.poll_event() {
             match ev {
@@ -117,12 +127,14 @@ pub fn receive_files(
                 },
                 RecvEvent::Data { offset, data } => {
                     let Some(c) = cur.as_mut() else { continue };
-                    if let Err(e) = c.file.write_all_at(&data, offset) {
-                        let path = c.path.display().to_string();
-                        r.cancel();
-                        break 'run Err(ZmodemError::File { path, source: e });
+                    match write_data(c, offset, &data) {
+                        Ok(n) => report.bytes += n,
+                        Err((n, e)) => {
+                            report.bytes += n;
+                            r.cancel();
+                            break 'run Err(e);
+                        }
                     }
-                    report.bytes += data.len() as u64;
                     if last_progress.elapsed() >= PROGRESS_EVERY {
                         last_progress = Instant::now();
                         progress(Progress::Bytes {
@@ -136,7 +148,7 @@ pub fn receive_files(
                         finish_file(&c);
                         progress(Progress::FileDone {
                             name: c.name,
-                            bytes: size - c.start,
+                            bytes: size.saturating_sub(c.start),
                             elapsed: c.started.elapsed(),
                         });
                         report.received.push(c.path);
@@ -183,8 +195,7 @@ pub fn receive_files(
             // resume), then say why.
             while let Some(ev) = r.poll_event() {
                 if let (RecvEvent::Data { offset, data }, Some(c)) = (ev, cur.as_mut()) {
-                    let _ = c.file.write_all_at(&data, offset);
-                    report.bytes += data.len() as u64;
+                    report.bytes += write_data(c, offset, &data).unwrap_or_else(|(n, _)| n);
                 }
             }
             break Err(e.into());
@@ -193,6 +204,31 @@ pub fn receive_files(
     let _ = line.write_all(r.pending_output());
     report.retransmits = r.retransmits();
     result.map(|()| report)
+}
+
+/// Writes checked data at `offset` of the current file, never past the
+/// size the sender announced (a sender that sends more is cut off there:
+/// the announced size bounds what an offer can make weir write). Returns
+/// the bytes written, or those written and the error.
+fn write_data(c: &mut Current, offset: u64, data: &[u8]) -> Result<u64, (u64, ZmodemError)> {
+    let room = c
+        .size
+        .map_or(data.len() as u64, |s| s.saturating_sub(offset));
+    let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+    if let Err(e) = c.file.write_all_at(&data[..take], offset) {
+        let path = c.path.display().to_string();
+        return Err((0, ZmodemError::File { path, source: e }));
+    }
+    if take < data.len() {
+        return Err((
+            take as u64,
+            ZmodemError::Oversize {
+                path: c.path.display().to_string(),
+                announced: c.size.unwrap_or(0),
+            },
+        ));
+    }
+    Ok(take as u64)
 }
 
 /// Decides what to do with an offered file: where it goes, whether it may
@@ -220,7 +256,7 @@ fn decide(req: &FileRequest, opts: &RecvOptions) -> Decision {
     }
     let path = opts.dir.join(&name);
     let mut start = 0u64;
-    let file = match new_file(&path) {
+    let file = match new_file(&path, create_mode(req.info.mode)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let existing = std::fs::symlink_metadata(&path)
@@ -265,12 +301,13 @@ fn decide(req: &FileRequest, opts: &RecvOptions) -> Decision {
     })
 }
 
-/// Creates a file that does not exist yet (never follows a symlink).
-fn new_file(path: &Path) -> io::Result<File> {
+/// Creates a file that does not exist yet (never follows a symlink) with
+/// `mode` under the umask.
+fn new_file(path: &Path, mode: u32) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(mode)
         .open(path)
 }
 
@@ -291,15 +328,40 @@ fn open_existing(path: &Path, truncate: bool) -> io::Result<File> {
 }
 
 /// Applies the sender's modification time and permission bits.
+///
+/// The time is bounded when parsed ([`weir_zmodem::fileinfo::MAX_MTIME`])
+/// and added with `checked_add` here, so no value panics. The mode only
+/// ever narrows what the file already allows: a file weir created was
+/// opened with the sender's bits (plus owner read/write while it is being
+/// written), so the kernel applied the umask then, and `current & sent` is
+/// the sender's mode under the umask (a 0777 file becomes 0755 under umask
+/// 022). A file that existed before (replaced or resumed) keeps at most its
+/// own permissions. Set-user-ID, set-group-ID and sticky bits are never
+/// applied.
 fn finish_file(c: &Current) {
-    if let Some(m) = c.mtime.filter(|&m| m > 0) {
-        let _ = c
-            .file
-            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(m));
+    if let Some(t) = c
+        .mtime
+        .filter(|&m| m > 0)
+        .and_then(|m| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(m)))
+    {
+        let _ = c.file.set_modified(t);
     }
-    if let Some(mode) = c.mode.map(|m| m & 0o777).filter(|&m| m != 0) {
-        let _ = c
-            .file
-            .set_permissions(std::fs::Permissions::from_mode(mode));
+    if let Some(sent) = c.mode.map(|m| m & 0o777).filter(|&m| m != 0) {
+        if let Ok(md) = c.file.metadata() {
+            let now = md.permissions().mode() & 0o777;
+            let _ = c
+                .file
+                .set_permissions(std::fs::Permissions::from_mode(now & sent));
+        }
+    }
+}
+
+/// The bits a new file is created with: the sender's permission bits plus
+/// owner read and write (the file is written, and may be resumed), or 0644
+/// when the sender gave none; the kernel applies the umask.
+fn create_mode(sent: Option<u32>) -> u32 {
+    match sent.map(|m| m & 0o777).filter(|&m| m != 0) {
+        Some(m) => m | 0o600,
+        None => 0o644,
     }
 }

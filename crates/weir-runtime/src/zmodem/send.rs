@@ -83,6 +83,10 @@ pub fn send_files(
     let mut last_progress = Instant::now();
     let mut eof = false;
     let result: Result<(), ZmodemError> = 'run: loop {
+        if let Some(signal) = line.stop_asked() {
+            s.cancel();
+            break Err(ZmodemError::Stopped { signal });
+        }
         // 1. Whatever the line delivered (without waiting).
         while !eof {
             match line.wait_input(Some(Duration::ZERO)) {

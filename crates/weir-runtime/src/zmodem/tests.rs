@@ -272,3 +272,95 @@ fn a_cut_transfer_keeps_its_checked_prefix_and_resumes() {
     assert_eq!(std::fs::read(dir.join("part.bin")).unwrap(), files[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// This process's umask, read without changing it (Linux `/proc`).
+fn umask() -> u32 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+}
+
+#[test]
+fn wire_times_that_overflow_are_ignored_and_modes_obey_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("mtime");
+    let files = vec![data(5000, 3), data(70, 4)];
+    let (mut sock, h) = receiver(&dir, false);
+    let mut list = offers(&["far.bin", "wide.sh"], &files);
+    // u64::MAX seconds made `UNIX_EPOCH + Duration` panic the receiver.
+    list[0].mtime = u64::MAX;
+    list[1].mode = 0o104777; // setuid and every permission bit
+    let s = Sender::new(SenderConfig::default(), list, Instant::now()).unwrap();
+    drive(&mut sock, s, &files, None);
+    let report = h.join().expect("the receiver must not panic").unwrap();
+    assert_eq!(report.received.len(), 2);
+    assert_eq!(std::fs::read(dir.join("far.bin")).unwrap(), files[0]);
+    let far = std::fs::metadata(dir.join("far.bin")).unwrap();
+    let age = far.modified().unwrap().elapsed().unwrap_or_default();
+    assert!(age.as_secs() < 3600, "the bad time is not applied: {far:?}");
+    let mode = std::fs::metadata(dir.join("wide.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o777 & !umask(), "{mode:o}");
+    // A sender's narrow mode is applied as is (under the umask).
+    let (mut sock, h) = receiver(&dir, false);
+    let mut list = offers(&["ro.txt"], &files[1..]);
+    list[0].mode = 0o100400;
+    let s = Sender::new(SenderConfig::default(), list, Instant::now()).unwrap();
+    drive(&mut sock, s, &files[1..], None);
+    h.join().unwrap().unwrap();
+    let mode = std::fs::metadata(dir.join("ro.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o400 & !umask(), "{mode:o}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_sender_that_sends_more_than_it_announced_is_cut_off() {
+    let dir = temp_dir("oversize");
+    let (mut sock, h) = receiver(&dir, false);
+    let mut dec = Decoder::new(false, 8192);
+    expect_header(&mut sock, &mut dec, frame::ZRINIT);
+    let mut esc = Escaper::new(false);
+    let mut w = Vec::new();
+    let info = FileInfo {
+        name: b"small.txt".to_vec(),
+        size: Some(10),
+        ..FileInfo::default()
+    };
+    let mut block = Vec::new();
+    info.encode(&mut block);
+    encode_header(
+        &Header::with_flags(frame::ZFILE, zconv::ZCBIN, 0, 0, 0),
+        HeaderFormat::Bin32,
+        &mut esc,
+        &mut w,
+    );
+    encode_subpacket(&block, FrameEnd::Crcw, CrcKind::Crc32, &mut esc, &mut w);
+    sock.write_all(&w).unwrap();
+    expect_header(&mut sock, &mut dec, frame::ZRPOS);
+    // 10 announced, 1 MiB streamed.
+    let mut w = Vec::new();
+    encode_header(
+        &Header::with_pos(frame::ZDATA, 0),
+        HeaderFormat::Bin32,
+        &mut esc,
+        &mut w,
+    );
+    let chunk = data(8192, 9);
+    for _ in 0..128 {
+        encode_subpacket(&chunk, FrameEnd::Crcg, CrcKind::Crc32, &mut esc, &mut w);
+    }
+    // The receiver may cancel and close before all of it is written.
+    let _ = sock.write_all(&w);
+    let err = h.join().unwrap().unwrap_err();
+    assert!(
+        matches!(err, ZmodemError::Oversize { announced: 10, .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(dir.join("small.txt")).unwrap(), chunk[..10]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -275,3 +275,35 @@ fn a_lost_zrpos_is_sent_again_after_much_stale_data() {
     }
     assert_eq!(decode_headers(&take(&mut r)), vec![(frame::ZRPOS, 0)]);
 }
+
+#[test]
+fn data_past_32_bit_positions_is_refused() {
+    let t = Instant::now(); // test-epoch
+    let mut r = Receiver::new(ReceiverConfig::default(), t);
+    take(&mut r);
+    r.handle_input(t, &zfile(b"big", u64::from(u32::MAX)))
+        .unwrap();
+    assert!(matches!(r.poll_event(), Some(RecvEvent::FileOffered(_))));
+    // Resuming near the end: what fits below 4 GiB - 1 is taken...
+    let start = u32::MAX - 10;
+    r.accept(t, start);
+    take(&mut r);
+    let w = Wire::new()
+        .bin(Header::with_pos(frame::ZDATA, start))
+        .sub(&[1u8; 5], FrameEnd::Crcg, CrcKind::Crc32)
+        .sub(&[2u8; 10], FrameEnd::Crcg, CrcKind::Crc32);
+    // ...the subpacket that would cross it cancels the session.
+    assert_eq!(
+        r.handle_input(t, &w.v),
+        Err(RecvError::TooLong(u64::from(start) + 5))
+    );
+    assert!(r.is_done() && !r.is_finished());
+    assert_eq!(
+        r.poll_event(),
+        Some(RecvEvent::Data {
+            offset: u64::from(start),
+            data: Bytes::from_static(&[1u8; 5])
+        })
+    );
+    assert!(take(&mut r).starts_with(&[CAN; 10]), "the sender is told");
+}

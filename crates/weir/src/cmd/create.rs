@@ -21,20 +21,26 @@ use weir_bt::create::{TorrentBuilder, default_piece_length, hash_pieces};
 
 use crate::cmd::Ctx;
 use crate::exit::bad_input;
+use crate::out::outln;
 
 /// Arguments of `weir create`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The file or directory to share.
     path: PathBuf,
-    /// Where to write the torrent (default: NAME.torrent here).
+    /// Where to write the torrent (default: NAME.torrent here). An
+    /// existing file is kept unless --force.
     #[arg(short, long, value_name = "OUT.torrent")]
     output: Option<PathBuf>,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
     /// Piece size: bytes, or with a suffix K/KiB, M/MiB (e.g. 1MiB, 524288).
     /// Default: a power of two giving about 1000-2000 pieces.
     #[arg(long, value_name = "SIZE")]
     piece_size: Option<String>,
-    /// Tracker URL; repeat for more tiers, comma-separate URLs of one tier.
+    /// Tracker URL (http://, https:// or udp://HOST:PORT); repeat for more
+    /// tiers, comma-separate URLs of one tier.
     #[arg(short = 't', long = "tracker", value_name = "URL")]
     trackers: Vec<String>,
     /// Mark the torrent private (BEP 27: peers only from its trackers).
@@ -62,6 +68,59 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// Checks a tracker URL the way a client will use it: `http://`,
+/// `https://` or `udp://`, a host, a port from 1 to 65535 (required for
+/// udp), nothing a URL cannot hold (spaces, control characters).
+pub(crate) fn check_tracker(url: &str) -> Result<(), String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or("not a URL (expected http://, https:// or udp://HOST:PORT/...)")?;
+    let scheme = scheme.to_ascii_lowercase();
+    if !matches!(scheme.as_str(), "http" | "https" | "udp") {
+        return Err(format!(
+            "{scheme}:// is not a tracker protocol (http://, https:// or udp://)"
+        ));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains spaces or control characters".into());
+    }
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(r) = host_port.strip_prefix('[') {
+        let (h, after) = r.split_once(']').ok_or("unclosed `[` in the host")?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("[{h}] is not an IPv6 address"));
+        }
+        match after {
+            "" => (h, None),
+            p => (h, Some(p.strip_prefix(':').ok_or("junk after `]`")?)),
+        }
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    if !host
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-._~%:".contains(c))
+    {
+        return Err(format!("{host:?} is not a host name or address"));
+    }
+    match port {
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
+        },
+        None if scheme == "udp" => return Err("udp:// needs a port (udp://HOST:PORT)".into()),
+        None => {}
+    }
+    Ok(())
 }
 
 /// One file of the payload, in data order.
@@ -333,6 +392,29 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         )));
     }
 
+    let tiers: Vec<Vec<String>> = args
+        .trackers
+        .iter()
+        .map(|t| {
+            t.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .collect();
+    for url in tiers.iter().flatten() {
+        check_tracker(url).map_err(|why| bad_input(format!("-t {url}: {why}")))?;
+    }
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.torrent")));
+    // Before the hashing: a long hash must not end in a refusal.
+    if !args.force && fs::symlink_metadata(&out).is_ok() {
+        return Err(exists(&out));
+    }
+
     let piece_length = match &args.piece_size {
         None => default_piece_length(total),
         Some(s) => {
@@ -361,9 +443,9 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     };
 
     for s in &skipped {
-        eprintln!("skipped: {s}");
+        crate::out::errln!("skipped: {s}");
     }
-    eprintln!(
+    crate::out::errln!(
         "{} file(s), {} in pieces of {} ({} pieces):",
         sources.len(),
         fmt_size(total),
@@ -372,10 +454,10 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     );
     const LIST_MAX: usize = 200;
     for s in sources.iter().take(LIST_MAX) {
-        eprintln!("  {:>12}  {}", s.length, s.components.join("/"));
+        crate::out::errln!("  {:>12}  {}", s.length, s.components.join("/"));
     }
     if sources.len() > LIST_MAX {
-        eprintln!("  (and {} more files)", sources.len() - LIST_MAX);
+        crate::out::errln!("  (and {} more files)", sources.len() - LIST_MAX);
     }
 
     let threads = std::thread::available_parallelism()
@@ -386,17 +468,6 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let pieces = hash_sources(&sources, piece_length, threads)?;
     let secs = started.elapsed().as_secs_f64();
 
-    let tiers: Vec<Vec<String>> = args
-        .trackers
-        .iter()
-        .map(|t| {
-            t.split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .collect();
     let date = if args.no_date {
         None
     } else {
@@ -416,30 +487,89 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .map_err(|e| bad_input(format!("{}: {e}", args.path.display())))?;
 
-    let out = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{name}.torrent")));
-    fs::write(&out, &created.bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    write_output(&out, &created.bytes, args.force)?;
     let hex: String = created
         .metainfo
         .info_hash
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    eprintln!(
+    crate::out::errln!(
         "hashed {} in {secs:.2} s ({:.0} MB/s)",
         fmt_size(total),
         total as f64 / secs.max(1e-9) / 1e6
     );
-    println!("info-hash: {hex}");
-    println!("wrote: {}", out.display());
+    outln!("info-hash: {hex}")?;
+    outln!("wrote: {}", out.display())?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn exists(out: &Path) -> anyhow::Error {
+    bad_input(format!(
+        "{} already exists; give --force to replace it, or another -o",
+        out.display()
+    ))
+}
+
+/// Writes the torrent: a new file only (never an existing one, even one
+/// that appeared during the hashing), or with `force` a replacement
+/// written aside and renamed over it (a failed write leaves the old one).
+fn write_output(out: &Path, bytes: &[u8], force: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let cannot = || format!("cannot write {}", out.display());
+    if !force {
+        let mut f = match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(out)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Err(exists(out)),
+            Err(e) => return Err(e).with_context(cannot),
+        };
+        return f.write_all(bytes).with_context(cannot);
+    }
+    let mut tmp = out.as_os_str().to_owned();
+    tmp.push(format!(".weir-tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let r = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, out));
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r.with_context(cannot)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracker_urls() {
+        for ok in [
+            "http://127.0.0.1:6969/announce",
+            "https://tracker.example.org/announce?passkey=ab%20c",
+            "udp://tracker.example:1337",
+            "udp://[::1]:6969/announce",
+            "HTTP://t.example/a",
+        ] {
+            assert_eq!(check_tracker(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("notaurl", "not a URL"),
+            ("ftp://t.example/a", "not a tracker protocol"),
+            ("udp://t.example/announce", "needs a port"),
+            ("http:///announce", "no host"),
+            ("http://t.example:0/a", "1 to 65535"),
+            ("http://t.example:99999/a", "1 to 65535"),
+            ("http://t ex/a", "spaces"),
+            ("http://[::1/a", "unclosed"),
+            ("http://[zz]:80/a", "IPv6"),
+            ("http://a<b>/", "not a host"),
+        ] {
+            let e = check_tracker(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -14,6 +14,7 @@ use weir_core::policy::NetPolicy;
 use weir_runtime::bt::{self, BtConfig, Phase};
 
 use crate::cmd::Ctx;
+use crate::out::{out, outln};
 use crate::progress::{bytes, rate};
 
 /// Arguments of `weir demo`.
@@ -37,7 +38,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     if !args.keep {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
-        eprintln!("demo files kept in {}", dir.display());
+        crate::out::errln!("demo files kept in {}", dir.display());
     }
     result
 }
@@ -55,13 +56,13 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
     let mut b = TorrentBuilder::single_file("demo.bin", size, piece);
     b.pieces(pieces);
     let meta = Arc::new(b.build()?.metainfo);
-    println!(
+    outln!(
         "weir demo: {} payload in {} KiB pieces, made and hashed in {:.2} s; 1 seeder, {} leechers on 127.0.0.1",
         bytes(size),
         piece / 1024,
         t0.elapsed().as_secs_f64(),
         args.leechers
-    );
+    )?;
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
         let mut cfg = BtConfig::new(policy.clone(), seed_dir.clone());
@@ -92,8 +93,16 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
         let mut done_at = vec![None; leechers.len()];
         let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
         let mut last_print = Instant::now() - Duration::from_secs(10);
+        let mut signals = crate::cmd::Signals::new()?;
+        let mut stopped_by = None;
         loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                s = signals.next() => {
+                    stopped_by = Some(s);
+                    break;
+                }
+            }
             let mut line = String::new();
             for (i, w) in watches.iter_mut().enumerate() {
                 let p = w.borrow().clone();
@@ -114,10 +123,9 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
             }
             let all = done_at.iter().all(Option::is_some);
             if tty {
-                print!("\r{line}");
-                let _ = std::io::stdout().flush();
+                out!("\r{line}")?;
             } else if last_print.elapsed() >= Duration::from_millis(250) || all {
-                println!("{line}");
+                outln!("{line}")?;
                 last_print = Instant::now();
             }
             if all || start.elapsed() > Duration::from_secs(300) {
@@ -125,7 +133,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
             }
         }
         if tty {
-            println!();
+            outln!()?;
         }
         for h in &leechers {
             h.stop().await;
@@ -140,7 +148,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                 f64::NAN
             };
             ok &= s.complete;
-            println!(
+            outln!(
                 "leech{}: {} in {:.2} s = {} (received {}, sent to other leechers {}){}",
                 i + 1,
                 bytes(size),
@@ -149,11 +157,14 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                 bytes(s.stats.downloaded),
                 bytes(s.stats.uploaded),
                 if s.complete { "" } else { "  INCOMPLETE" }
-            );
+            )?;
         }
         seeder.stop().await;
         let s = seeder.wait().await?;
-        println!("seeder: sent {}", bytes(s.stats.uploaded));
+        outln!("seeder: sent {}", bytes(s.stats.uploaded))?;
+        if let Some(s) = stopped_by {
+            return Ok(s.exit_code());
+        }
         Ok(if ok {
             ExitCode::SUCCESS
         } else {

@@ -2,7 +2,6 @@
 //! FILE...` (share) and `weir ed2k-server` (a small index server for LAN
 //! swarms and tests).
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,8 +17,9 @@ use weir_runtime::ed2k::{
     Ed2kConfig, Ed2kError, Ed2kServer, Phase, ServerOptions, SharedFile, userhash,
 };
 
-use crate::cmd::Ctx;
 use crate::cmd::get::TransferOpts;
+use crate::cmd::peers::{PeerWatch, Verdict};
+use crate::cmd::{Ctx, Signals, Stop};
 use crate::exit::bad_input;
 use crate::progress::{Progress, Sample, parse_rate};
 
@@ -39,7 +39,7 @@ pub(crate) struct ServerArgs {
 
 /// Runs `weir ed2k-server`: prints `listening on ADDR`, then one line per
 /// login, file offer, source request, callback and departure, until
-/// interrupted. Clients get high ids without a reachability probe.
+/// interrupted (exit 130 for SIGINT, 143 for SIGTERM). Clients get high ids without a reachability probe.
 pub(crate) fn run_server(ctx: &Ctx, args: ServerArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
@@ -51,23 +51,25 @@ pub(crate) fn run_server(ctx: &Ctx, args: ServerArgs) -> anyhow::Result<ExitCode
                 ..ServerConfig::default()
             },
         };
+        let mut signals = Signals::new()?;
         let server = Ed2kServer::bind(args.listen, opts)
             .await
-            .with_context(|| format!("listen on {}", args.listen))?;
+            .map_err(|e| crate::cmd::listen_error(args.listen, &e))?;
         let addr = server.local_addr()?;
         line(format!("listening on {addr}"));
         tokio::select! {
-            r = server.run(|e| line(describe(&e))) => r.context("accept")?,
-            r = tokio::signal::ctrl_c() => r.context("signal")?,
+            r = server.run(|e| line(describe(&e))) => {
+                r.context("accept")?;
+                Ok(ExitCode::SUCCESS)
+            }
+            s = signals.next() => Ok(s.exit_code()),
         }
-        Ok(ExitCode::SUCCESS)
     })
 }
 
+/// One event line on stdout; a closed stdout ends the server quietly.
 fn line(s: String) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{s}");
-    let _ = out.flush();
+    crate::out::write_or_exit(format_args!("{s}\n"));
 }
 
 fn describe(e: &ServerEvent) -> String {
@@ -113,8 +115,28 @@ pub(crate) fn get(
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let label = link.name.clone();
     let total = link.size;
+    let no_source = (link.sources.is_empty() && opts.peers.is_empty() && opts.servers.is_empty())
+        .then(|| "the link names no source and no --peer or --server was given".to_string());
     let cfg = config(ctx, out.to_path_buf(), seed, opts)?;
-    run(cfg, opts, vec![link], Vec::new(), &label, total, false)
+    let watch = |listen| {
+        PeerWatch::new(
+            &label,
+            no_source.clone(),
+            "check that the link's sources, --peer and --server addresses are reachable and \
+             have the file",
+            opts.peer_wait,
+            listen,
+        )
+    };
+    run(
+        cfg,
+        opts,
+        vec![link.clone()],
+        Vec::new(),
+        &label,
+        total,
+        Some(&watch),
+    )
 }
 
 /// `weir seed --ed2k FILE...`: hashes the files, prints one ed2k link per
@@ -149,7 +171,7 @@ pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow:
         many => format!("{} files", many.len()),
     };
     let cfg = config(ctx, PathBuf::from("."), true, opts)?;
-    run(cfg, opts, Vec::new(), shares, &label, total, true)
+    run(cfg, opts, Vec::new(), shares, &label, total, None)
 }
 
 fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
@@ -163,10 +185,10 @@ fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
 
 fn config(ctx: &Ctx, out: PathBuf, seed: bool, opts: &TransferOpts) -> anyhow::Result<Ed2kConfig> {
     let path = userhash::default_path();
-    let user_hash = userhash::load_or_create(&path)
-        .with_context(|| format!("user hash ({})", path.display()))?;
+    let user_hash =
+        userhash::load(&path).with_context(|| format!("user hash ({})", path.display()))?;
     let mut cfg = Ed2kConfig::new(ctx.policy.clone(), out, user_hash);
-    cfg.listen = Some(opts.listen);
+    cfg.listen = crate::cmd::listen_addrs(opts.listen, 1).first().copied();
     cfg.peers = crate::cmd::get::resolve_peers(ctx, &opts.peers)?;
     for s in &opts.servers {
         if !ctx.policy.allows(s.ip()) {
@@ -185,6 +207,8 @@ fn config(ctx: &Ctx, out: PathBuf, seed: bool, opts: &TransferOpts) -> anyhow::R
 }
 
 /// Runs the client with progress until done (or, sharing, interrupted).
+/// A download is watched for peers (`watch`, given the listen address);
+/// without one the client shares `shares` and prints their links.
 fn run(
     mut cfg: Ed2kConfig,
     opts: &TransferOpts,
@@ -192,21 +216,20 @@ fn run(
     shares: Vec<SharedFile>,
     label: &str,
     total: u64,
-    print_links: bool,
+    watch: Option<&dyn Fn(Option<SocketAddr>) -> PeerWatch>,
 ) -> anyhow::Result<ExitCode> {
+    let print_links = watch.is_none();
     let quiet = opts.quiet;
     let rt = crate::cmd::runtime()?;
     rt.block_on(async move {
         // Buckets run a refill task: made inside the runtime.
         cfg.down = limiter(&opts.max_down, "--max-down")?;
         cfg.up = limiter(&opts.max_up, "--max-up")?;
-        let handle = match ed2k_client::start(cfg.clone(), downloads.clone(), shares.clone()).await
-        {
+        let mut signals = Signals::new()?;
+        let handle = match ed2k_client::start(cfg, downloads, shares.clone()).await {
             Ok(h) => h,
-            Err(Ed2kError::Listen { addr, .. }) if addr.port() == 6881 => {
-                // The default port is taken: let the system pick one.
-                cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
-                ed2k_client::start(cfg, downloads, shares.clone()).await?
+            Err(Ed2kError::Listen { addr, source }) => {
+                return Err(crate::cmd::listen_error(addr, &source));
             }
             Err(e) => return Err(e.into()),
         };
@@ -214,19 +237,24 @@ fn run(
             tracing::info!("listening on {a}");
         }
         if print_links {
-            let mut out = std::io::stdout().lock();
             for s in &shares {
-                let _ = writeln!(out, "{}", share_link(s, handle.local_addr));
+                crate::out::outln!("{}", share_link(s, handle.local_addr))?;
             }
-            let _ = out.flush();
+            if handle.local_addr.is_some_and(|a| a.ip().is_unspecified()) {
+                tracing::warn!(
+                    "the links name no source: weir listens on every address and cannot know \
+                     which one others reach; give --listen IP:PORT to put that address in \
+                     them, or add |sources,IP:PORT| to a link yourself"
+                );
+            }
         }
+        let mut watch = watch.map(|w| w(handle.local_addr));
+        let mut gave_up = None;
         let mut display = Progress::new(label, total, quiet);
         let mut rx = handle.progress.clone();
         let stopper = handle.stopper();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let ctrl_c = tokio::signal::ctrl_c();
-        tokio::pin!(ctrl_c);
-        let mut interrupted = false;
+        let mut stopped_by: Option<Stop> = None;
         // The run's end is awaited, not polled: `weir get` exits the moment
         // the file is complete, not at the next display tick.
         let mut summary_task = tokio::spawn(handle.wait());
@@ -234,9 +262,14 @@ fn run(
             tokio::select! {
                 s = &mut summary_task => break s,
                 _ = tick.tick() => {}
-                _ = &mut ctrl_c, if !interrupted => {
-                    interrupted = true;
-                    eprintln!("{label}: stopping (verified parts are kept for resume)");
+                s = signals.next() => {
+                    if stopped_by.is_some() {
+                        s.exit_now();
+                    }
+                    stopped_by = Some(s);
+                    crate::out::errln!(
+                        "{label}: stopping (verified parts are kept for resume; again to quit at once)"
+                    );
                     stopper.stop().await;
                 }
             }
@@ -254,6 +287,17 @@ fn run(
                     Phase::Done => "done",
                 },
             });
+            if let Some(w) = watch.as_mut().filter(|_| stopped_by.is_none() && gave_up.is_none()) {
+                let downloading = p.phase == Phase::Downloading;
+                match w.tick(std::time::Instant::now(), downloading, p.stats.peers) {
+                    Verdict::Wait => {}
+                    Verdict::Note(n) => display.note(&n),
+                    Verdict::GiveUp(why) => {
+                        gave_up = Some(why);
+                        stopper.stop().await;
+                    }
+                }
+            }
         };
         let summary = summary??;
         let secs = summary.elapsed.as_secs_f64();
@@ -264,7 +308,7 @@ fn run(
                 crate::progress::bytes(st.uploaded),
                 st.peers
             ));
-            return Ok(ExitCode::SUCCESS);
+            return Ok(stopped_by.map_or(ExitCode::SUCCESS, Stop::exit_code));
         }
         if summary.complete {
             // After a resume, say how much this run fetched (the rate's bytes).
@@ -281,15 +325,21 @@ fn run(
                 crate::progress::bytes(st.uploaded),
                 repairs(st),
             ));
-            Ok(ExitCode::SUCCESS)
+            Ok(stopped_by.map_or(ExitCode::SUCCESS, Stop::exit_code))
         } else {
             display.finish(&format!(
-                "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
                 summary.done as f64 * 100.0 / total.max(1) as f64,
                 st.hash_failures,
                 st.banned
             ));
-            Ok(ExitCode::from(1))
+            if let Some(s) = stopped_by {
+                return Ok(s.exit_code());
+            }
+            match gave_up {
+                Some(why) => Err(bad_input(why)),
+                None => Ok(ExitCode::from(1)),
+            }
         }
     })
 }

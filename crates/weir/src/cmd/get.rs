@@ -6,22 +6,24 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use weir_bt::metainfo::Metainfo;
 use weir_core::picker::Order;
 use weir_runtime::bandwidth::{Limiter, bucket};
 use weir_runtime::bt::{self, BtConfig, Phase};
 
-use crate::cmd::Ctx;
+use crate::cmd::peers::{PeerWatch, Verdict};
+use crate::cmd::{Ctx, Signals, Stop};
 use crate::exit::bad_input;
 use crate::progress::{Progress, Sample, parse_rate};
 
 /// Options shared by `weir get` and `weir seed`.
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct TransferOpts {
-    /// Address to accept peers on (`IP:PORT`; port 0 picks one).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:6881")]
-    pub(crate) listen: SocketAddr,
+    /// Address to accept peers on (`IP:PORT`; port 0 picks one). Default
+    /// 0.0.0.0:6881, or the next free port up to 6889 (said when it moves);
+    /// a port given here that is taken is an error.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<SocketAddr>,
     /// Dial this peer directly (repeatable).
     #[arg(long = "peer", value_name = "HOST:PORT")]
     pub(crate) peers: Vec<String>,
@@ -47,6 +49,11 @@ pub(crate) struct TransferOpts {
     /// and round trip; 1 makes every block a round trip).
     #[arg(long, value_name = "N")]
     pub(crate) max_requests: Option<u32>,
+    /// With no way to find peers (no tracker, no --peer; for eD2k no
+    /// source, --peer or --server), wait this long for one to connect
+    /// before giving up with exit 2 (0: wait forever).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) peer_wait: u64,
     /// No progress output.
     #[arg(short, long)]
     pub(crate) quiet: bool,
@@ -101,36 +108,15 @@ pub(crate) fn load_torrent(path: &str) -> anyhow::Result<Arc<Metainfo>> {
     Ok(Arc::new(meta))
 }
 
-/// Resolves `HOST:PORT` peers under the policy (names only where the
-/// policy allows DNS).
+/// Resolves `HOST:PORT` peers through the one policy-checked resolver
+/// (`weir_runtime::net`): IP literals and `localhost` directly, names only
+/// when the policy allows every address. Anything unusable is bad input.
 pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     let mut out = Vec::new();
     for p in peers {
-        if let Ok(a) = p.parse::<SocketAddr>() {
-            out.push(a);
-            continue;
-        }
-        let (host, port) = p
-            .rsplit_once(':')
-            .ok_or_else(|| bad_input(format!("--peer {p}: expected HOST:PORT")))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| bad_input(format!("--peer {p}: bad port")))?;
-        if host == "localhost" {
-            out.push(SocketAddr::from(([127, 0, 0, 1], port)));
-        } else if ctx.policy.allows_name_resolution() {
-            use std::net::ToSocketAddrs;
-            out.extend(
-                (host, port)
-                    .to_socket_addrs()
-                    .with_context(|| format!("resolving {host}"))?,
-            );
-        } else {
-            return Err(bad_input(format!(
-                "--peer {p}: host names are not resolved under the network policy {}; give an IP address",
-                ctx.policy
-            )));
-        }
+        let addrs = weir_runtime::net::resolve_host_port(&ctx.policy, p)
+            .map_err(|e| bad_input(format!("--peer {p}: {e}")))?;
+        out.extend(addrs);
     }
     Ok(out)
 }
@@ -144,10 +130,34 @@ fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
     })
 }
 
+/// Why weir has no way to find peers for `meta` (`None`: it has some).
+fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
+    if !opts.peers.is_empty() {
+        return None;
+    }
+    let has_trackers = meta.trackers().iter().any(|t| !t.is_empty());
+    match (has_trackers, opts.no_trackers) {
+        (true, false) => None,
+        (true, true) => Some("--no-trackers was given and no --peer".into()),
+        (false, _) => Some("the torrent lists no tracker and no --peer was given".into()),
+    }
+}
+
+/// What to check when a torrent's sources give no peer.
+fn source_hint(opts: &TransferOpts) -> &'static str {
+    if opts.no_trackers {
+        "check that the --peer addresses run a client that has this torrent and let it in"
+    } else {
+        "check that the trackers answer (their errors are logged above) and that a seeder \
+         announced there, or give --peer HOST:PORT"
+    }
+}
+
 /// Downloads (and with `seed`, then seeds) torrents with progress. Every
 /// torrent obeys the same download and upload caps (one bucket each, shared
 /// by demand); with a fixed `--listen` port, torrent `i` listens on
-/// port + i.
+/// port + i. Exit codes: 0 complete, 1 stopped incomplete, 2 bad input
+/// (no peer could ever be found included), 130/143 stopped by a signal.
 pub(crate) fn run_torrents(
     ctx: &Ctx,
     metas: Vec<Arc<Metainfo>>,
@@ -169,23 +179,18 @@ pub(crate) fn run_torrents(
         base.max_requests = opts.max_requests;
         base.down = limiter(&opts.max_down, "--max-down")?;
         base.up = limiter(&opts.max_up, "--max-up")?;
+        let mut signals = Signals::new()?;
         let multi = indicatif::MultiProgress::new();
         let mut running = Vec::new();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(metas.len().max(1));
-        for (i, meta) in metas.into_iter().enumerate() {
+        let addrs = crate::cmd::listen_addrs(opts.listen, metas.len());
+        for (meta, addr) in metas.into_iter().zip(addrs) {
             let mut cfg = base.clone();
-            let port = if opts.listen.port() == 0 {
-                0
-            } else {
-                opts.listen.port().saturating_add(i as u16)
-            };
-            cfg.listen = Some(SocketAddr::new(opts.listen.ip(), port));
-            let handle = match bt::start(meta.clone(), cfg.clone()).await {
+            cfg.listen = Some(addr);
+            let handle = match bt::start(meta.clone(), cfg).await {
                 Ok(h) => h,
-                Err(bt::BtError::Listen { addr, .. }) if opts.listen.port() == 6881 => {
-                    // The default port is taken: let the system pick one.
-                    cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
-                    bt::start(meta.clone(), cfg).await?
+                Err(bt::BtError::Listen { addr, source }) => {
+                    return Err(crate::cmd::listen_error(addr, &source));
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -198,6 +203,13 @@ pub(crate) fn run_torrents(
                 meta.info.total_length(),
                 opts.quiet,
             );
+            let watch = PeerWatch::new(
+                &meta.info.name,
+                no_source(&meta, opts),
+                source_hint(opts),
+                opts.peer_wait,
+                handle.local_addr,
+            );
             let progress = handle.progress.clone();
             let stopper = handle.stopper();
             let done = done_tx.clone();
@@ -206,30 +218,42 @@ pub(crate) fn run_torrents(
                 let _ = done.send(()).await;
                 r
             });
-            running.push((meta, progress, stopper, display, task));
+            running.push(Running {
+                meta,
+                progress,
+                stopper,
+                display,
+                watch,
+                gave_up: None,
+                task,
+            });
         }
         drop(done_tx);
         let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let ctrl_c = tokio::signal::ctrl_c();
-        tokio::pin!(ctrl_c);
-        let mut interrupted = false;
+        let mut stopped_by: Option<Stop> = None;
         let mut finished = 0;
         // Ends the moment the last torrent does (not on the next tick).
         while finished < running.len() {
             tokio::select! {
                 _ = tick.tick() => {}
                 Some(()) = done_rx.recv() => finished += 1,
-                _ = &mut ctrl_c, if !interrupted => {
-                    interrupted = true;
-                    eprintln!("stopping (verified pieces are kept for resume)");
+                s = signals.next() => {
+                    if stopped_by.is_some() {
+                        s.exit_now();
+                    }
+                    stopped_by = Some(s);
+                    crate::out::errln!(
+                        "stopping (verified pieces are kept for resume; again to quit at once)"
+                    );
                     for r in &running {
-                        r.2.stop().await;
+                        r.stopper.stop().await;
                     }
                 }
             }
-            for (_, rx, _, display, _) in running.iter_mut() {
-                let p = rx.borrow_and_update().clone();
-                display.update(&Sample {
+            let now = std::time::Instant::now();
+            for r in running.iter_mut() {
+                let p = r.progress.borrow_and_update().clone();
+                r.display.update(&Sample {
                     done: p.stats.bytes_had,
                     total: p.total,
                     down_rate: p.stats.download_rate,
@@ -242,11 +266,27 @@ pub(crate) fn run_torrents(
                         Phase::Done => "done",
                     },
                 });
+                if stopped_by.is_some() || r.gave_up.is_some() {
+                    continue;
+                }
+                match r
+                    .watch
+                    .tick(now, p.phase == Phase::Downloading, p.stats.peers)
+                {
+                    Verdict::Wait => {}
+                    Verdict::Note(n) => r.display.note(&n),
+                    Verdict::GiveUp(why) => {
+                        r.gave_up = Some(why);
+                        r.stopper.stop().await;
+                    }
+                }
             }
         }
         let mut all_complete = true;
-        for (meta, _, _, mut display, task) in running {
-            let summary = task.await??;
+        let mut gave_up = None;
+        for r in running {
+            let (meta, mut display) = (r.meta, r.display);
+            let summary = r.task.await??;
             let total = meta.info.total_length();
             let secs = summary.elapsed.as_secs_f64();
             if summary.complete {
@@ -270,12 +310,19 @@ pub(crate) fn run_torrents(
             } else {
                 all_complete = false;
                 display.finish(&format!(
-                    "stopped at {:.1}% ({} hash failures, {} peers banned)",
+                    "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
                     summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
                     summary.stats.hash_failures,
                     summary.stats.banned
                 ));
+                gave_up = gave_up.or(r.gave_up);
             }
+        }
+        if let Some(s) = stopped_by {
+            return Ok(s.exit_code());
+        }
+        if let Some(why) = gave_up {
+            return Err(bad_input(why));
         }
         Ok(if all_complete {
             ExitCode::SUCCESS
@@ -283,4 +330,15 @@ pub(crate) fn run_torrents(
             ExitCode::from(1)
         })
     })
+}
+
+/// One torrent of a `weir get` run.
+struct Running {
+    meta: Arc<Metainfo>,
+    progress: tokio::sync::watch::Receiver<bt::Progress>,
+    stopper: bt::Stopper,
+    display: Progress,
+    watch: PeerWatch,
+    gave_up: Option<String>,
+    task: tokio::task::JoinHandle<Result<bt::Summary, bt::BtError>>,
 }

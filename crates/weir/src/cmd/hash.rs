@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::mpsc::sync_channel;
 
-use anyhow::Context;
 use weir_ed2k::hash::{AichHasher, Ed2kHasher, FileHashes};
 use weir_ed2k::link::FileLink;
 
 use crate::cmd::Ctx;
 use crate::exit::bad_input;
+use crate::out::outln;
 
 /// Arguments of `weir hash`.
 #[derive(clap::Args)]
@@ -56,7 +56,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             part_hashes: (args.parts && !hashes.hashset.is_empty()).then(|| hashes.hashset.clone()),
             sources: Vec::new(),
         };
-        println!("{}", link.to_link());
+        outln!("{}", link.to_link())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -67,7 +67,10 @@ const BUF: usize = 4 << 20;
 /// and one the AICH tree, all three on the same 4 MiB buffers (each buffer
 /// is reused once both hashers are done with it).
 pub(crate) fn hash_file(path: &Path) -> anyhow::Result<FileHashes> {
-    let mut f = File::open(path).with_context(|| format!("open {}", path.display()))?;
+    // A file the user names that cannot be opened is bad input (exit 2),
+    // as for every subcommand; a read failing later is a failure (1).
+    let mut f =
+        File::open(path).map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
     if f.metadata()?.is_dir() {
         return Err(bad_input(format!("{} is a directory", path.display())));
     }

@@ -8,6 +8,7 @@ use weir_bt::metainfo::Metainfo;
 
 use crate::cmd::Ctx;
 use crate::exit::bad_input;
+use crate::out::outln;
 
 /// Arguments of `weir info`.
 #[derive(clap::Args)]
@@ -85,44 +86,44 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             "creation_date": m.creation_date,
             "files": files,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("name:          {}", info.name);
-    println!("info-hash:     {}", hex(&m.info_hash));
-    println!(
+    outln!("name:          {}", info.name)?;
+    outln!("info-hash:     {}", hex(&m.info_hash))?;
+    outln!(
         "total size:    {} ({} bytes)",
         human(m.total_length()),
         m.total_length()
-    );
-    println!(
+    )?;
+    outln!(
         "pieces:        {} x {} ({} bytes)",
         info.piece_count(),
         human(u64::from(info.piece_length)),
         info.piece_length
-    );
-    println!("private:       {}", if info.private { "yes" } else { "no" });
+    )?;
+    outln!("private:       {}", if info.private { "yes" } else { "no" })?;
     if let Some(c) = &m.comment {
-        println!("comment:       {c}");
+        outln!("comment:       {c}")?;
     }
     if let Some(c) = &m.created_by {
-        println!("created by:    {c}");
+        outln!("created by:    {c}")?;
     }
     if let Some(d) = m.creation_date {
-        println!("creation date: {d} (Unix time)");
+        outln!("creation date: {d} (Unix time)")?;
     }
     let tiers = m.trackers();
     if tiers.is_empty() {
-        println!("trackers:      none");
+        outln!("trackers:      none")?;
     } else {
-        println!("trackers:");
+        outln!("trackers:")?;
         for (i, t) in tiers.iter().enumerate() {
-            println!("  tier {}: {}", i + 1, t.join(" "));
+            outln!("  tier {}: {}", i + 1, t.join(" "))?;
         }
     }
-    println!("files ({}):", info.files.len());
+    outln!("files ({}):", info.files.len())?;
     for f in &info.files {
-        println!("  {:>14}  {}", f.length, display_path(&m, &f.path));
+        outln!("  {:>14}  {}", f.length, display_path(&m, &f.path))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,6 @@
 //! with `--seed`); corruption and drop ranges are TCP-only. It prints
 //! `linkem listening on ADDR (udp)` and its counters every 10 s on stderr.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -104,7 +103,7 @@ fn config(a: &LinkArgs) -> anyhow::Result<LinkConfig> {
             ))
         })?;
         let list: Vec<String> = offs.iter().map(u64::to_string).collect();
-        eprintln!(
+        crate::out::errln!(
             "linkem: corrupt-random {n} seed {} span {span}: offsets {}",
             a.seed,
             list.join(",")
@@ -158,13 +157,14 @@ fn udp_config(a: &LinkArgs) -> anyhow::Result<linkem::UdpLinkConfig> {
     })
 }
 
-/// Runs the UDP mode until killed.
+/// Runs the UDP mode until interrupted (exit 130 for SIGINT, 143 for
+/// SIGTERM).
 fn run_udp(ctx: &Ctx, args: LinkArgs) -> anyhow::Result<ExitCode> {
     let cfg = udp_config(&args)?;
     if let Some(rate) = cfg.rate {
         let bdp = rate as f64 * cfg.delay.as_secs_f64();
         if bdp > 0.0 && (cfg.queue as f64) < bdp / 4.0 {
-            eprintln!(
+            crate::out::errln!(
                 "linkem: note: queue {} B holds {:.0} ms at the rate (a shallow bottleneck)",
                 cfg.queue,
                 cfg.queue as f64 / rate as f64 * 1e3
@@ -173,13 +173,10 @@ fn run_udp(ctx: &Ctx, args: LinkArgs) -> anyhow::Result<ExitCode> {
     }
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
+        let mut signals = crate::cmd::Signals::new()?;
         let l = weir_runtime::net::PolicedUdp::bind(&ctx.policy, args.listen).await?;
         let addr = l.local_addr()?;
-        {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "linkem listening on {addr} (udp)")?;
-            out.flush()?;
-        }
+        crate::out::outln!("linkem listening on {addr} (udp)")?;
         let stats = std::sync::Arc::new(linkem::UdpStats::default());
         let s2 = stats.clone();
         tokio::spawn(async move {
@@ -187,16 +184,21 @@ fn run_udp(ctx: &Ctx, args: LinkArgs) -> anyhow::Result<ExitCode> {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                eprintln!("linkem udp: {s2}");
+                crate::out::errln!("linkem udp: {s2}");
             }
         });
-        linkem::serve_udp_with(l, args.connect, cfg, ctx.policy.clone(), stats).await?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+        tokio::select! {
+            r = linkem::serve_udp_with(l, args.connect, cfg, ctx.policy.clone(), stats) => {
+                r?;
+                Ok(ExitCode::SUCCESS)
+            }
+            s = signals.next() => Ok(s.exit_code()),
+        }
+    })
 }
 
-/// Runs `weir linkem` until killed.
+/// Runs `weir linkem` until interrupted (exit 130 for SIGINT, 143 for
+/// SIGTERM).
 pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let args = *args.link;
     if args.udp {
@@ -210,24 +212,26 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         return Err(bad_input(format!("--connect: {e}")));
     }
     if let Some(w) = cfg.bdp_warning() {
-        eprintln!("linkem: warning: {w}");
+        crate::out::errln!("linkem: warning: {w}");
     }
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
-        let l = weir_runtime::net::listen_tcp(args.listen).await?;
+        let mut signals = crate::cmd::Signals::new()?;
+        let l = weir_runtime::net::listen_tcp(args.listen)
+            .await
+            .map_err(|e| crate::cmd::listen_error(args.listen, &e))?;
         let addr = l.local_addr()?;
-        {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "linkem listening on {addr}")?;
-            out.flush()?;
+        crate::out::outln!("linkem listening on {addr}")?;
+        tokio::select! {
+            r = linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
+                crate::out::errln!("{s}")
+            }) => {
+                r?;
+                Ok(ExitCode::SUCCESS)
+            }
+            s = signals.next() => Ok(s.exit_code()),
         }
-        linkem::serve_with(l, args.connect, cfg, ctx.policy.clone(), |s| {
-            eprintln!("{s}")
-        })
-        .await?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! Progress goes to stderr only: stdout is the line.
 
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use weir_core::meter::RateMeter;
 use weir_runtime::zmodem::{
-    Line, Progress, RecvOptions, SendOptions, ZmodemError, receive_files, send_files,
+    Line, Progress, RecvOptions, SendOptions, StopRequest, ZmodemError, receive_files, send_files,
 };
 use weir_zmodem::{ReceiverConfig, SendError, SenderConfig};
 
@@ -155,6 +155,9 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
     };
     for f in &args.files {
         let md = std::fs::metadata(f).map_err(|e| bad_input(format!("{}: {e}", f.display())))?;
+        if !md.is_file() {
+            return Err(bad_input(format!("{}: not a regular file", f.display())));
+        }
         if md.len() > weir_zmodem::consts::MAX_FILE_SIZE {
             return Err(bad_input(
                 SendError::FileTooLarge {
@@ -172,14 +175,21 @@ pub(crate) fn run_sz(ctx: &Ctx, args: SzArgs) -> anyhow::Result<ExitCode> {
     match res {
         Ok(r) => {
             if !args.line.quiet && args.line.verbose > 0 {
-                eprintln!(
+                crate::out::errln!(
                     "weir sz: {} sent, {} skipped, {} bytes, {} retransmissions",
-                    r.sent, r.skipped, r.bytes, r.restarts
+                    r.sent,
+                    r.skipped,
+                    r.bytes,
+                    r.restarts
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(ZmodemError::Send(e @ SendError::FileTooLarge { .. })) => Err(bad_input(e.to_string())),
+        Err(e @ ZmodemError::Stopped { signal }) => {
+            crate::out::errln!("weir sz: {e}");
+            Ok(crate::exit::signal_code(signal))
+        }
         Err(e) => Err(anyhow::Error::new(e).context("weir sz")),
     }
 }
@@ -207,9 +217,16 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
     let mut shown = Shown::new(&args.line, "received");
     let res = receive_files(line, &opts, &mut |p| shown.show(p));
     shown.end();
-    let r = res.map_err(|e| anyhow::Error::new(e).context("weir rz"))?;
+    let r = match res {
+        Ok(r) => r,
+        Err(e @ ZmodemError::Stopped { signal }) => {
+            crate::out::errln!("weir rz: {e}");
+            return Ok(crate::exit::signal_code(signal));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("weir rz")),
+    };
     if !args.line.quiet && args.line.verbose > 0 {
-        eprintln!(
+        crate::out::errln!(
             "weir rz: {} received, {} skipped, {} refused, {} bytes, {} retransmissions",
             r.received.len(),
             r.skipped,
@@ -225,14 +242,23 @@ pub(crate) fn run_rz(ctx: &Ctx, args: RzArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The session's line, stopped cleanly by SIGINT or SIGTERM once open
+/// (the other side is told, exit 130 or 143); while connecting or waiting
+/// for the connection a signal ends the process as usual.
 fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
+    let line = open_line_inner(ctx, a)?;
+    let stop = StopRequest::on_signals().context("catching signals")?;
+    Ok(line.stop_on(stop))
+}
+
+fn open_line_inner(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
     if let Some(t) = &a.tcp {
-        let addr = resolve(t)?;
+        let addr = resolve(ctx, "--tcp", t)?;
         return Line::connect(&ctx.policy, addr).with_context(|| format!("connect to {addr}"));
     }
     if let Some(l) = &a.listen {
         let addr = if l.contains(':') {
-            resolve(l)?
+            resolve(ctx, "--listen", l)?
         } else {
             let port: u16 = l
                 .parse()
@@ -241,17 +267,21 @@ fn open_line(ctx: &Ctx, a: &LineArgs) -> anyhow::Result<Line> {
         };
         let l = Line::bind(addr).with_context(|| format!("listen on {addr}"))?;
         // Scripts and tests wait for this line before connecting.
-        eprintln!("weir: listening on {}", l.local_addr()?);
+        crate::out::errln!("weir: listening on {}", l.local_addr()?);
         return l.accept(&ctx.policy).context("accept");
     }
     Line::stdio().context("stdin/stdout")
 }
 
-fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
-    s.to_socket_addrs()
-        .map_err(|e| bad_input(format!("{s}: {e}")))?
+/// `HOST:PORT` through the one policy-checked resolver
+/// (`weir_runtime::net`): no DNS query unless the policy allows every
+/// address.
+fn resolve(ctx: &Ctx, what: &str, s: &str) -> anyhow::Result<SocketAddr> {
+    weir_runtime::net::resolve_host_port(&ctx.policy, s)
+        .map_err(|e| bad_input(format!("{what} {s}: {e}")))?
+        .into_iter()
         .next()
-        .ok_or_else(|| bad_input(format!("{s}: no address")))
+        .ok_or_else(|| bad_input(format!("{what} {s}: no address")))
 }
 
 /// Progress on stderr: a self-updating line on a terminal, otherwise one

@@ -79,6 +79,10 @@ run_target() {
   elif [ "$rc" -ne 0 ]; then
     result="failed(rc=$rc)"
   fi
+  if [ "$result" != ok ]; then
+    mkdir -p "fuzz/artifacts/$t"
+    cp "$log" "fuzz/artifacts/$t/fuzz.log"
+  fi
   echo "${execs:-0} ${eps:--} ${size:--} $result $repro" >"$work/.logs/$t.result"
   echo "   $t: $result"
 }
@@ -101,8 +105,10 @@ for t in "${targets[@]}"; do
   printf '%-20s %14s %10s %8s  %s\n' "$t" "$execs" "$eps" "$size" "$result"
   if [ "$result" != ok ]; then
     failed=1
-    echo "   log: tail of $t's output:"
-    grep -v '^#\|^INFO\|^\s*$' "$work/.logs/$t.log" | head -40 | sed 's/^/     /'
+    echo "   $t's report (full log: fuzz/artifacts/$t/fuzz.log):"
+    # The panic message or sanitizer report, without stack frames.
+    { grep -v '^#\|^INFO\|^\s*$\|^ *[0-9]*: \|^ *at \|^ *#[0-9]\|^0x\|^Base64\|^stat::' \
+        "$work/.logs/$t.log" || true; } | head -20 | cut -c1-200 | sed 's/^/     /'
     if [ -n "$repro" ]; then
       echo "   reproducer: $repro"
       echo "   replay:     cargo +nightly fuzz run $t $repro"

@@ -28,4 +28,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace --profile ci --no-fail-fast -- --test-threads="${WEIR_TEST_THREADS:-2}"
+echo "== fuzz"; ./scripts/fuzz.sh
 echo "== all tests passed"

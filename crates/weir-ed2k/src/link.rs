@@ -532,9 +532,30 @@ mod tests {
 
         #[test]
         fn parse_never_panics(s in ".{0,120}") {
-            let _ = FileLink::parse(&s);
-            let _ = FileLink::parse(&format!("ed2k://|file|{s}"));
-            let _ = FileLink::parse(&format!("ed2k://|file|a|5|{H}|{s}"));
+            // Only text that starts like a link can be one; a link with the
+            // file type is never refused as the wrong kind; whatever parses
+            // prints to a link that parses to the same.
+            let plain = FileLink::parse(&s);
+            if !s.trim().to_ascii_lowercase().starts_with("ed2k://") {
+                prop_assert_eq!(&plain, &Err(LinkError::NotEd2k));
+            }
+            for r in [
+                plain,
+                FileLink::parse(&format!("ed2k://|file|{s}")),
+                FileLink::parse(&format!("ed2k://|file|a|5|{H}|{s}")),
+            ] {
+                match r {
+                    Ok(l) => prop_assert_eq!(FileLink::parse(&l.to_link()), Ok(l)),
+                    Err(LinkError::NotEd2k | LinkError::NotAFileLink(_)) => {}
+                    Err(e) => prop_assert!(!e.to_string().is_empty()),
+                }
+            }
+            for r in [
+                FileLink::parse(&format!("ed2k://|file|{s}")),
+                FileLink::parse(&format!("ed2k://|file|a|5|{H}|{s}")),
+            ] {
+                prop_assert!(!matches!(r, Err(LinkError::NotEd2k | LinkError::NotAFileLink(_))), "{:?}", r);
+            }
         }
 
         #[test]

@@ -58,7 +58,10 @@ fn bencode(o: &mut Out) {
     let mut d = OwnedValue::dict();
     d.insert("a", OwnedValue::Int(-1))
         .insert("b", OwnedValue::bytes("spam"))
-        .insert("c", OwnedValue::List(vec![OwnedValue::Int(0), OwnedValue::dict()]));
+        .insert(
+            "c",
+            OwnedValue::List(vec![OwnedValue::Int(0), OwnedValue::dict()]),
+        );
     for v in [
         OwnedValue::Int(0),
         OwnedValue::Int(i64::MIN),
@@ -120,8 +123,14 @@ fn bt(o: &mut Out) {
     // name.utf-8 and path.utf-8, and a hybrid-looking v2 key.
     let mut file = OwnedValue::dict();
     file.insert("length", OwnedValue::Int(5))
-        .insert("path", OwnedValue::List(vec![OwnedValue::bytes(b"\xe9t\xe9")]))
-        .insert("path.utf-8", OwnedValue::List(vec![OwnedValue::bytes("été")]));
+        .insert(
+            "path",
+            OwnedValue::List(vec![OwnedValue::bytes(b"\xe9t\xe9")]),
+        )
+        .insert(
+            "path.utf-8",
+            OwnedValue::List(vec![OwnedValue::bytes("été")]),
+        );
     let mut info = OwnedValue::dict();
     info.insert("files", OwnedValue::List(vec![file]))
         .insert("name", OwnedValue::bytes(b"\xff"))
@@ -142,16 +151,35 @@ fn bt(o: &mut Out) {
         Message::NotInterested,
         Message::Have { index: 3 },
         Message::Bitfield(Bytes::from_static(&[0xff, 0x80])),
-        Message::Request(BlockRef { index: 1, begin: 16_384, length: 16_384 }),
-        Message::Piece { index: 1, begin: 0, data: Bytes::from_static(b"data") },
-        Message::Cancel(BlockRef { index: 1, begin: 0, length: 16_384 }),
+        Message::Request(BlockRef {
+            index: 1,
+            begin: 16_384,
+            length: 16_384,
+        }),
+        Message::Piece {
+            index: 1,
+            begin: 0,
+            data: Bytes::from_static(b"data"),
+        },
+        Message::Cancel(BlockRef {
+            index: 1,
+            begin: 0,
+            length: 16_384,
+        }),
         Message::Port(6881),
         Message::Suggest { index: 2 },
         Message::HaveAll,
         Message::HaveNone,
-        Message::Reject(BlockRef { index: 0, begin: 0, length: 1 }),
+        Message::Reject(BlockRef {
+            index: 0,
+            begin: 0,
+            length: 1,
+        }),
         Message::AllowedFast { index: 4 },
-        Message::Extended { id: 0, payload: Bytes::from(ext_handshake()) },
+        Message::Extended {
+            id: 0,
+            payload: Bytes::from(ext_handshake()),
+        },
     ];
     let mut stream = BytesMut::new();
     for m in &msgs {
@@ -167,7 +195,10 @@ fn bt(o: &mut Out) {
         o.put("bt_wire", &cat(&[&[0, 0], &one]));
     }
     o.put("bt_wire", &[0, 0, 0xff, 0xff, 0xff, 0xff]);
-    o.put("bt_wire", &[2, 10, 0x20, 0, 0x20, 0, 0, 0, 0, 0, 0x1d, 7, 0, 0, 0, 1]);
+    o.put(
+        "bt_wire",
+        &[2, 10, 0x20, 0, 0x20, 0, 0, 0, 0, 0, 0x1d, 7, 0, 0, 0, 1],
+    );
 
     let mut h = BytesMut::new();
     Handshake::new([0xaa; 20], *b"-WE0001-000000000000").encode(&mut h);
@@ -186,8 +217,14 @@ fn bt(o: &mut Out) {
         .insert("min interval", OwnedValue::Int(60))
         .insert("complete", OwnedValue::Int(3))
         .insert("incomplete", OwnedValue::Int(1))
-        .insert("peers", OwnedValue::Bytes(vec![127, 0, 0, 1, 0x1a, 0xe1, 127, 0, 0, 2, 0, 80]))
-        .insert("peers6", OwnedValue::Bytes([vec![0; 15], vec![1, 0x1a, 0xe2]].concat()))
+        .insert(
+            "peers",
+            OwnedValue::Bytes(vec![127, 0, 0, 1, 0x1a, 0xe1, 127, 0, 0, 2, 0, 80]),
+        )
+        .insert(
+            "peers6",
+            OwnedValue::Bytes([vec![0; 15], vec![1, 0x1a, 0xe2]].concat()),
+        )
         .insert("warning message", OwnedValue::bytes("slow down"));
     o.put("bt_tracker_http", &compact.to_vec());
     let peer = |ip: &str, port: i64| {
@@ -235,12 +272,30 @@ fn bt(o: &mut Out) {
         incomplete: Some(5),
         warning: None,
     };
-    o.put("bt_tracker_udp", &cat(&[&[1], &udp::connect_request(0x0102_0304)]));
-    o.put("bt_tracker_udp", &cat(&[&[1], &udp::connect_response(9, 0xfeed)]));
-    o.put("bt_tracker_udp", &cat(&[&[1], &udp::announce_request(0xfeed, 9, &req)]));
-    o.put("bt_tracker_udp", &cat(&[&[1], &udp::announce_response(9, &resp, false)]));
-    o.put("bt_tracker_udp", &cat(&[&[5], &udp::announce_response(9, &resp, true)]));
-    o.put("bt_tracker_udp", &cat(&[&[1], &udp::error_response(9, "unregistered torrent")]));
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[1], &udp::connect_request(0x0102_0304)]),
+    );
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[1], &udp::connect_response(9, 0xfeed)]),
+    );
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[1], &udp::announce_request(0xfeed, 9, &req)]),
+    );
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[1], &udp::announce_response(9, &resp, false)]),
+    );
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[5], &udp::announce_response(9, &resp, true)]),
+    );
+    o.put(
+        "bt_tracker_udp",
+        &cat(&[&[1], &udp::error_response(9, "unregistered torrent")]),
+    );
 }
 
 fn ext_handshake() -> Vec<u8> {
@@ -266,7 +321,10 @@ fn tags() -> Vec<Tag> {
         Tag::new(0x05, TagValue::Hash(Md4Hash([9; 16]))),
         Tag::new(0x06, TagValue::Float(1.5)),
         Tag::new(0x07, TagValue::Bool(1)),
-        Tag::new(0x08, TagValue::BoolArray(10, Bytes::from_static(&[0xff, 0x03]))),
+        Tag::new(
+            0x08,
+            TagValue::BoolArray(10, Bytes::from_static(&[0xff, 0x03])),
+        ),
         Tag::new(0x09, TagValue::Blob(Bytes::from_static(b"blob"))),
         Tag::new(0x0a, TagValue::Bsob(Bytes::from_static(b"bsob"))),
         Tag::new(0x0b, TagValue::U8(7)),
@@ -294,7 +352,11 @@ fn ed2k(o: &mut Out) {
     put_packed(&mut s, 0x40, &[42u8; 5000], 9);
     put_packed(&mut s, 0x15, b"tiny", 9);
     for sel in [0u8, 1, 2] {
-        let limits: &[u8] = if sel == 2 { &[0x00, 0x20, 0x00, 0x10] } else { &[] };
+        let limits: &[u8] = if sel == 2 {
+            &[0x00, 0x20, 0x00, 0x10]
+        } else {
+            &[]
+        };
         o.put("ed2k_packet", &cat(&[&[sel], limits, &[5], &s]));
     }
     o.put("ed2k_packet", &[0, 0, 0xE3, 0xff, 0xff, 0xff, 0x7f]);
@@ -309,7 +371,10 @@ fn ed2k(o: &mut Out) {
             o.put("ed2k_inflate", &cat(&[&[3, 1], &z[..z.len() - 2]]));
         }
     }
-    o.put("ed2k_inflate", &[3, 0, 0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
+    o.put(
+        "ed2k_inflate",
+        &[3, 0, 0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
 
     // Tag lists, old and new encodings.
     for new in [false, true] {
@@ -345,7 +410,9 @@ fn ed2k(o: &mut Out) {
     };
     o.put("ed2k_link", l.to_link().as_bytes());
     for s in [
-        format!("ed2k://|file|a%20b.bin|9728000|{h}|p=6E6DC9CAF5C2BAB98702E5C4E68769F0:31D6CFE0D16AE931B73C59D7E0C089C0|/"),
+        format!(
+            "ed2k://|file|a%20b.bin|9728000|{h}|p=6E6DC9CAF5C2BAB98702E5C4E68769F0:31D6CFE0D16AE931B73C59D7E0C089C0|/"
+        ),
         format!("ed2k://|file|x|5|{h}|sources,1.2.3.4:5|/"),
         format!("ed2k://|file|..%2Fetc|5|{h}|/"),
         "ed2k://|server|1.2.3.4|4661|/".into(),
@@ -371,21 +438,40 @@ fn ed2k(o: &mut Out) {
     let msgs = vec![
         ClientMessage::Hello(hello.clone()),
         ClientMessage::HelloAnswer(with_trailer),
-        ClientMessage::EmuleInfo(EmuleInfo { version: 0x40, protocol: 1, tags: tags() }),
-        ClientMessage::RequestFileName { file: f, ext: Some(ext.clone()) },
-        ClientMessage::ReqFileNameAnswer { file: f, name: Bytes::from_static(b"file.bin") },
+        ClientMessage::EmuleInfo(EmuleInfo {
+            version: 0x40,
+            protocol: 1,
+            tags: tags(),
+        }),
+        ClientMessage::RequestFileName {
+            file: f,
+            ext: Some(ext.clone()),
+        },
+        ClientMessage::ReqFileNameAnswer {
+            file: f,
+            name: Bytes::from_static(b"file.bin"),
+        },
         ClientMessage::SetReqFileId { file: f },
-        ClientMessage::FileStatus { file: f, status: status.clone() },
+        ClientMessage::FileStatus {
+            file: f,
+            status: status.clone(),
+        },
         ClientMessage::FileReqAnsNoFil { file: f },
         ClientMessage::HashSetRequest { file: f },
-        ClientMessage::HashSetAnswer { file: f, hashes: vec![Md4Hash([1; 16]), Md4Hash::EMPTY] },
+        ClientMessage::HashSetAnswer {
+            file: f,
+            hashes: vec![Md4Hash([1; 16]), Md4Hash::EMPTY],
+        },
         ClientMessage::MultiPacket {
             file: f,
             size: Some(2 * PARTSIZE),
             entries: vec![
                 MultiRequest::RequestFileName(Some(ext)),
                 MultiRequest::SetReqFileId,
-                MultiRequest::RequestSources2 { version: 4, options: 0 },
+                MultiRequest::RequestSources2 {
+                    version: 4,
+                    options: 0,
+                },
                 MultiRequest::AichFileHashReq,
             ],
         },
@@ -397,16 +483,35 @@ fn ed2k(o: &mut Out) {
                 MultiAnswer::AichFileHash(AichHash([3; 20])),
             ],
         },
-        ClientMessage::AichFileHashAns { file: f, master: tree.root() },
-        ClientMessage::AichRequest { file: f, part: 1, master: tree.root() },
-        ClientMessage::AichAnswer { file: f, data: Some((1, tree.root(), rd.clone())) },
-        ClientMessage::AichAnswer { file: f, data: None },
+        ClientMessage::AichFileHashAns {
+            file: f,
+            master: tree.root(),
+        },
+        ClientMessage::AichRequest {
+            file: f,
+            part: 1,
+            master: tree.root(),
+        },
+        ClientMessage::AichAnswer {
+            file: f,
+            data: Some((1, tree.root(), rd.clone())),
+        },
+        ClientMessage::AichAnswer {
+            file: f,
+            data: None,
+        },
         ClientMessage::StartUploadReq { file: f },
         ClientMessage::AcceptUploadReq,
         ClientMessage::QueueRanking { rank: 12 },
         ClientMessage::QueueRank { rank: 99 },
-        ClientMessage::RequestParts { file: f, ranges: [(0, 184_320), (184_320, 368_640), (0, 0)] },
-        ClientMessage::RequestParts { file: f, ranges: [(5 << 30, (5 << 30) + 10), (0, 0), (0, 0)] },
+        ClientMessage::RequestParts {
+            file: f,
+            ranges: [(0, 184_320), (184_320, 368_640), (0, 0)],
+        },
+        ClientMessage::RequestParts {
+            file: f,
+            ranges: [(5 << 30, (5 << 30) + 10), (0, 0), (0, 0)],
+        },
         ClientMessage::SendingPart {
             file: f,
             start: 10,
@@ -431,17 +536,43 @@ fn ed2k(o: &mut Out) {
         ClientMessage::CancelTransfer,
         ClientMessage::OutOfPartReqs,
         ClientMessage::EndOfDownload { file: f },
-        ClientMessage::SecIdentState { state: 2, challenge: 0xdead },
-        ClientMessage::PublicKey { key: Bytes::from_static(&[1; 76]) },
-        ClientMessage::Signature { signature: Bytes::from_static(&[2; 48]), ip_kind: Some(1) },
+        ClientMessage::SecIdentState {
+            state: 2,
+            challenge: 0xdead,
+        },
+        ClientMessage::PublicKey {
+            key: Bytes::from_static(&[1; 76]),
+        },
+        ClientMessage::Signature {
+            signature: Bytes::from_static(&[2; 48]),
+            ip_kind: Some(1),
+        },
         ClientMessage::RequestSources { file: f },
-        ClientMessage::RequestSources2 { file: f, version: 4, options: 0 },
+        ClientMessage::RequestSources2 {
+            file: f,
+            version: 4,
+            options: 0,
+        },
         ClientMessage::PublicIpReq,
-        ClientMessage::PublicIpAnswer { ip: Ipv4Addr::new(127, 0, 0, 1) },
-        ClientMessage::Message { text: Bytes::from_static(b"hi") },
-        ClientMessage::ChangeClientId { id: 5, server_ip: Ipv4Addr::new(127, 0, 0, 2) },
-        ClientMessage::FileDesc { rating: 3, comment: Bytes::from_static(b"good") },
-        ClientMessage::Unknown { protocol: Protocol::Emule, opcode: 0xfe, payload: Bytes::from_static(b"?") },
+        ClientMessage::PublicIpAnswer {
+            ip: Ipv4Addr::new(127, 0, 0, 1),
+        },
+        ClientMessage::Message {
+            text: Bytes::from_static(b"hi"),
+        },
+        ClientMessage::ChangeClientId {
+            id: 5,
+            server_ip: Ipv4Addr::new(127, 0, 0, 2),
+        },
+        ClientMessage::FileDesc {
+            rating: 3,
+            comment: Bytes::from_static(b"good"),
+        },
+        ClientMessage::Unknown {
+            protocol: Protocol::Emule,
+            opcode: 0xfe,
+            payload: Bytes::from_static(b"?"),
+        },
     ];
     for m in &msgs {
         o.put("ed2k_client_msg", &client_seed(m, 2));
@@ -453,9 +584,23 @@ fn ed2k(o: &mut Out) {
     let mut rdw = Vec::new();
     rd.encode(&mut rdw);
     let size = tree.size().to_le_bytes();
-    o.put("ed2k_hash_answers", &cat(&[&[0], &size, &[1, 0], &tree.root().0, &rdw]));
-    o.put("ed2k_hash_answers", &cat(&[&[1], &(3 * PARTSIZE as u32 + 5).to_le_bytes(), &[0; 8], &[1, 0, 0, 0, 0]]));
-    o.put("ed2k_hash_answers", &cat(&[&[0xf1], &[0x10, 0, 0, 0], &[9; 8], &[0x20, 0, 3, 0, 1]]));
+    o.put(
+        "ed2k_hash_answers",
+        &cat(&[&[0], &size, &[1, 0], &tree.root().0, &rdw]),
+    );
+    o.put(
+        "ed2k_hash_answers",
+        &cat(&[
+            &[1],
+            &(3 * PARTSIZE as u32 + 5).to_le_bytes(),
+            &[0; 8],
+            &[1, 0, 0, 0, 0],
+        ]),
+    );
+    o.put(
+        "ed2k_hash_answers",
+        &cat(&[&[0xf1], &[0x10, 0, 0, 0], &[9; 8], &[0x20, 0, 3, 0, 1]]),
+    );
     let hs = client_seed(&msgs[9], 0);
     o.put("ed2k_hash_answers", &cat(&[&[2], &size, &hs[2..]]));
     let aa = client_seed(&msgs[14], 0);
@@ -467,17 +612,34 @@ fn ed2k(o: &mut Out) {
             hash: f,
             client_id: 0xFBFB_FBFB,
             port: 0xFBFB,
-            tags: vec![Tag::string(0x01, &b"a.bin"[..]), Tag::u32(0x02, 1234), Tag::u32(0x3A, 1)],
+            tags: vec![
+                Tag::string(0x01, &b"a.bin"[..]),
+                Tag::u32(0x02, 1234),
+                Tag::u32(0x3A, 1),
+            ],
         }],
         new_tags: new,
     };
     let c2s = vec![
-        ClientToServer::Login { user_hash: f, client_id: 0, port: 4662, tags: own.tags() },
+        ClientToServer::Login {
+            user_hash: f,
+            client_id: 0,
+            port: 4662,
+            tags: own.tags(),
+        },
         ClientToServer::GetServerList,
         offered(false),
         offered(true),
-        ClientToServer::GetSources { file: f, size: Some(1234), obfu: false },
-        ClientToServer::GetSources { file: f, size: Some(5 << 32), obfu: true },
+        ClientToServer::GetSources {
+            file: f,
+            size: Some(1234),
+            obfu: false,
+        },
+        ClientToServer::GetSources {
+            file: f,
+            size: Some(5 << 32),
+            obfu: true,
+        },
         ClientToServer::CallbackRequest { id: 77 },
         ClientToServer::Disconnect,
     ];
@@ -487,21 +649,52 @@ fn ed2k(o: &mut Out) {
         o.put("ed2k_server_msg", &cat(&[&[0, b[5]], &b[6..]]));
     }
     let s2c = vec![
-        ServerToClient::Message { text: Bytes::from_static(b"welcome\r\n") },
-        ServerToClient::IdChange { id: 0x0100_007f, flags: 0x519 },
+        ServerToClient::Message {
+            text: Bytes::from_static(b"welcome\r\n"),
+        },
+        ServerToClient::IdChange {
+            id: 0x0100_007f,
+            flags: 0x519,
+        },
         ServerToClient::Status { users: 1, files: 2 },
-        ServerToClient::Ident { hash: f, ip: Ipv4Addr::LOCALHOST, port: 4661, tags: vec![Tag::string(0x01, &b"srv"[..])] },
-        ServerToClient::ServerList { servers: vec![(Ipv4Addr::LOCALHOST, 4661)] },
-        ServerToClient::FoundSources { file: f, sources: vec![Source { id: 0x0100_007f, port: 4662, crypt: None }], obfu: false },
+        ServerToClient::Ident {
+            hash: f,
+            ip: Ipv4Addr::LOCALHOST,
+            port: 4661,
+            tags: vec![Tag::string(0x01, &b"srv"[..])],
+        },
+        ServerToClient::ServerList {
+            servers: vec![(Ipv4Addr::LOCALHOST, 4661)],
+        },
+        ServerToClient::FoundSources {
+            file: f,
+            sources: vec![Source {
+                id: 0x0100_007f,
+                port: 4662,
+                crypt: None,
+            }],
+            obfu: false,
+        },
         ServerToClient::FoundSources {
             file: f,
             sources: vec![
-                Source { id: 5, port: 4662, crypt: Some((0x80, Some(Md4Hash([4; 16])))) },
-                Source { id: 6, port: 4663, crypt: Some((0, None)) },
+                Source {
+                    id: 5,
+                    port: 4662,
+                    crypt: Some((0x80, Some(Md4Hash([4; 16])))),
+                },
+                Source {
+                    id: 6,
+                    port: 4663,
+                    crypt: Some((0, None)),
+                },
             ],
             obfu: true,
         },
-        ServerToClient::CallbackRequested { ip: Ipv4Addr::LOCALHOST, port: 4662 },
+        ServerToClient::CallbackRequested {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 4662,
+        },
         ServerToClient::CallbackFail,
         ServerToClient::Reject,
     ];
@@ -522,15 +715,31 @@ fn small_tree() -> AichTree {
 /// side wrote to the line.
 fn zmodem_session() -> (Vec<u8>, Vec<u8>) {
     let now = Instant::now();
-    let file = FileOffer { name: b"f.bin".to_vec(), size: 3000, mtime: 0o14750457123, mode: 0o644 };
-    let cfg = SenderConfig { block_size: 1024, window: Some(2048), ..Default::default() };
+    let file = FileOffer {
+        name: b"f.bin".to_vec(),
+        size: 3000,
+        mtime: 0o14750457123,
+        mode: 0o644,
+    };
+    let cfg = SenderConfig {
+        block_size: 1024,
+        window: Some(2048),
+        ..Default::default()
+    };
     let mut tx = Sender::new(cfg, vec![file], now).expect("sender");
-    let mut rx = Receiver::new(ReceiverConfig { flush_at: 1, ..Default::default() }, now);
+    let mut rx = Receiver::new(
+        ReceiverConfig {
+            flush_at: 1,
+            ..Default::default()
+        },
+        now,
+    );
     let (mut to_rx, mut to_tx) = (Vec::new(), Vec::new());
     for _ in 0..200 {
         if let Some(req) = tx.poll_data_request() {
             let data = vec![0x18u8; req.len];
-            tx.supply_data(now, req.file, req.offset, &data).expect("supply");
+            tx.supply_data(now, req.file, req.offset, &data)
+                .expect("supply");
         }
         let out = tx.pending_output().to_vec();
         tx.consume_output(out.len());
@@ -559,15 +768,36 @@ fn zmodem(o: &mut Out) {
     o.put("zmodem_decode", &cat(&[&[5 << 1, 9], &to_tx]));
     let mut esc = Escaper::new(true);
     let mut line = Vec::new();
-    encode_header(&Header::with_pos(frame::ZDATA, 0), HeaderFormat::Hex, &mut esc, &mut line);
-    encode_subpacket(b"@\r\x18\x11\x13\x7f\xff", FrameEnd::Crcw, weir_zmodem::crc::CrcKind::Crc16, &mut esc, &mut line);
+    encode_header(
+        &Header::with_pos(frame::ZDATA, 0),
+        HeaderFormat::Hex,
+        &mut esc,
+        &mut line,
+    );
+    encode_subpacket(
+        b"@\r\x18\x11\x13\x7f\xff",
+        FrameEnd::Crcw,
+        weir_zmodem::crc::CrcKind::Crc16,
+        &mut esc,
+        &mut line,
+    );
     o.put("zmodem_decode", &cat(&[&[1 | 4 << 1, 3], &line]));
     o.put("zmodem_decode", &[0, 0, 0x18, 0x18, 0x18, 0x18, 0x18]);
 
     // Frames: [sel][seed] then per frame [fmt][type][pos u32] and, for data
     // frames, [count] and per subpacket [len u16][data][end].
-    o.put("zmodem_frames", &[2, 5, 2, 10, 0, 0, 0, 0, 1, 5, 0, b'h', b'e', b'l', b'l', b'o', 3]);
-    o.put("zmodem_frames", &[1, 0, 0, 4, 1, 2, 3, 4, 0, 3, 0, 0x18, 0x11, 0x0d, 1, 1, 1, 0, 0, 0, 0]);
+    o.put(
+        "zmodem_frames",
+        &[
+            2, 5, 2, 10, 0, 0, 0, 0, 1, 5, 0, b'h', b'e', b'l', b'l', b'o', 3,
+        ],
+    );
+    o.put(
+        "zmodem_frames",
+        &[
+            1, 0, 0, 4, 1, 2, 3, 4, 0, 3, 0, 0x18, 0x11, 0x0d, 1, 1, 1, 0, 0, 0, 0,
+        ],
+    );
 
     let body: Vec<u8> = (0..=255u8).cycle().take(700).collect();
     o.put("zmodem_escape", &cat(&[&[0, 7, 0, 4], &body]));
@@ -585,7 +815,10 @@ fn zmodem(o: &mut Out) {
     .encode(&mut b);
     o.put("zmodem_fileinfo", &b);
     o.put("zmodem_fileinfo", b"x\0-5 9z");
-    o.put("zmodem_fileinfo", b"big\x00184467440737095516150 777777777777777777777777 0");
+    o.put(
+        "zmodem_fileinfo",
+        b"big\x00184467440737095516150 777777777777777777777777 0",
+    );
 
     // Receiver: [sel] then ops (see the target): ZFILE header, ZFILE
     // block, accept, ZDATA, data subpackets, ZEOF, ZFIN.
@@ -594,15 +827,22 @@ fn zmodem(o: &mut Out) {
         &[
             1, // crc32
             2, 2, // ZFILE header (hex), type index 2
-            0x83, 3, b'a', b'b', b'c', 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, // ZFILE block, accept at 0
+            0x83, 3, b'a', b'b', b'c', 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            2, // ZFILE block, accept at 0
             0x11, 4, // ZDATA binary at current position
-            3, 10, 0, b'0', b'1', b'2', b'3', b'4', b'5', b'6', b'7', b'8', b'9', // 10 bytes, ZCRCE
+            3, 10, 0, b'0', b'1', b'2', b'3', b'4', b'5', b'6', b'7', b'8',
+            b'9', // 10 bytes, ZCRCE
             0x11, 7, // ZEOF
             0x11, 9, // ZFIN
             0, 2, b'O', b'O',
         ],
     );
-    o.put("zmodem_receiver", &[0, 0, 20, b'r', b'z', b'\r', b'*', b'*', 0x18, b'B', b'0', b'0', 5, 7]);
+    o.put(
+        "zmodem_receiver",
+        &[
+            0, 0, 20, b'r', b'z', b'\r', b'*', b'*', 0x18, b'B', b'0', b'0', 5, 7,
+        ],
+    );
 
     // Sender: [sel][file sizes...][cfg bytes] then ops.
     o.put(
@@ -621,10 +861,26 @@ fn zmodem(o: &mut Out) {
 }
 
 fn core(o: &mut Out) {
-    for s in ["127.0.0.0/8,::1", "loopback", "any", "10.0.0.1", "  , 192.168.0.0/16", "300.1.1.1/8"] {
+    for s in [
+        "127.0.0.0/8,::1",
+        "loopback",
+        "any",
+        "10.0.0.1",
+        "  , 192.168.0.0/16",
+        "300.1.1.1/8",
+    ] {
         o.put("core_text", s.as_bytes());
     }
-    for s in ["normal.txt", "..", "CON.txt", "a:b", "trailing. ", "a/b", "x\\y", "n\0ul"] {
+    for s in [
+        "normal.txt",
+        "..",
+        "CON.txt",
+        "a:b",
+        "trailing. ",
+        "a/b",
+        "x\\y",
+        "n\0ul",
+    ] {
         o.put("core_text", s.as_bytes());
     }
     o.put("core_text", &[4, 0xff, 0xf0]);

@@ -18,11 +18,19 @@ fn check_spans(v: &Value<'_>) -> usize {
         }
         Value::Dict(d) => {
             assert_eq!(d.raw, &v.to_vec()[..]);
-            assert!(d.entries.windows(2).all(|w| w[0].0 < w[1].0), "keys not strictly sorted");
+            assert!(
+                d.entries.windows(2).all(|w| w[0].0 < w[1].0),
+                "keys not strictly sorted"
+            );
             for (k, x) in &d.entries {
                 assert_eq!(d.get(k), Some(x));
             }
-            1 + d.entries.iter().map(|(_, v)| check_spans(v)).max().unwrap_or(0)
+            1 + d
+                .entries
+                .iter()
+                .map(|(_, v)| check_spans(v))
+                .max()
+                .unwrap_or(0)
         }
     }
 }
@@ -31,11 +39,19 @@ fuzz_target!(|data: &[u8]| {
     let whole = decode(data);
     match &whole {
         Ok(v) => {
-            assert_eq!(v.to_vec(), data, "accepted input does not re-encode to itself");
+            assert_eq!(
+                v.to_vec(),
+                data,
+                "accepted input does not re-encode to itself"
+            );
             assert_eq!(v.to_owned_value().to_vec(), data);
             assert!(check_spans(v) <= Limits::DEFAULT.max_depth);
         }
-        Err(e) => assert!(e.offset <= data.len(), "error offset {} past the input", e.offset),
+        Err(e) => assert!(
+            e.offset <= data.len(),
+            "error offset {} past the input",
+            e.offset
+        ),
     }
     match decode_prefix(data) {
         Ok((v, n)) => {

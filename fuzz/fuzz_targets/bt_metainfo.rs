@@ -19,7 +19,10 @@ fn check_info(info: &Info) {
     let total = info.total_length();
     assert!(total > 0);
     let count = info.piece_count();
-    assert_eq!(u64::from(count), total.div_ceil(u64::from(info.piece_length)));
+    assert_eq!(
+        u64::from(count),
+        total.div_ceil(u64::from(info.piece_length))
+    );
     assert_eq!(count as usize, info.pieces.len());
     let last = info.piece_len(count - 1);
     assert!(last >= 1 && last <= info.piece_length);
@@ -42,7 +45,11 @@ fn check_info(info: &Info) {
     }
     for f in &info.files {
         for n in 1..f.path.len() {
-            assert!(!files.contains(&f.path[..n]), "{:?} is a file and a directory", &f.path[..n]);
+            assert!(
+                !files.contains(&f.path[..n]),
+                "{:?} is a file and a directory",
+                &f.path[..n]
+            );
         }
     }
 }
@@ -75,11 +82,22 @@ fn rebuild(m: &Metainfo) {
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = Metainfo::from_bytes(data) {
         let top = weir_bencode::decode(data).expect("a loaded torrent is bencode");
-        let raw = top.as_dict().and_then(|d| d.get(b"info")).and_then(|v| v.raw()).expect("info dict");
+        let raw = top
+            .as_dict()
+            .and_then(|d| d.get(b"info"))
+            .and_then(|v| v.raw())
+            .expect("info dict");
         assert_eq!(<[u8; 20]>::from(Sha1::digest(raw)), m.info_hash);
-        assert_eq!(Info::from_bytes(raw).expect("the info dict loads alone"), m.info);
+        assert_eq!(
+            Info::from_bytes(raw).expect("the info dict loads alone"),
+            m.info
+        );
         check_info(&m.info);
-        assert!(m.trackers().iter().all(|t| !t.is_empty() && t.iter().all(|u| !u.is_empty())));
+        assert!(
+            m.trackers()
+                .iter()
+                .all(|t| !t.is_empty() && t.iter().all(|u| !u.is_empty()))
+        );
         rebuild(&m);
     }
     if let Ok(info) = Info::from_bytes(data) {

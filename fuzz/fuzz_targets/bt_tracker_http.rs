@@ -28,8 +28,12 @@ fn encode(r: &AnnounceResponse) -> Vec<u8> {
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
     for p in &r.peers {
         match p {
-            SocketAddr::V4(a) => v4.extend(a.ip().octets().into_iter().chain(a.port().to_be_bytes())),
-            SocketAddr::V6(a) => v6.extend(a.ip().octets().into_iter().chain(a.port().to_be_bytes())),
+            SocketAddr::V4(a) => {
+                v4.extend(a.ip().octets().into_iter().chain(a.port().to_be_bytes()))
+            }
+            SocketAddr::V6(a) => {
+                v6.extend(a.ip().octets().into_iter().chain(a.port().to_be_bytes()))
+            }
         }
     }
     d.insert("peers", OwnedValue::Bytes(v4));
@@ -42,7 +46,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(r) => {
             let mut want = r.clone();
             want.peers.sort_by_key(|p| p.is_ipv6()); // stable: order within a family kept
-            let again = AnnounceResponse::from_bytes(&encode(&r)).expect("re-encoded answer parses");
+            let again =
+                AnnounceResponse::from_bytes(&encode(&r)).expect("re-encoded answer parses");
             assert_eq!(again, want);
         }
         Err(TrackerError::Failure(_)) => {
@@ -51,7 +56,9 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(TrackerError::Bencode(_)) => assert!(weir_bencode::decode(data).is_err()),
         Err(
-            TrackerError::MissingKey(_) | TrackerError::WrongType { .. } | TrackerError::BadValue { .. },
+            TrackerError::MissingKey(_)
+            | TrackerError::WrongType { .. }
+            | TrackerError::BadValue { .. },
         ) => assert!(weir_bencode::decode(data).is_ok()),
         Err(e) => panic!("UDP-only error from an HTTP answer: {e:?}"),
     }

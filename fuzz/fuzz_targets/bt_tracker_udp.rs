@@ -10,8 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use weir_bt::tracker::TrackerError;
 use weir_bt::tracker::udp::{
     ACTION_ERROR, announce_request, announce_response, connect_request, connect_response,
-    parse_announce_request, parse_announce_response, parse_connect_request,
-    parse_connect_response,
+    parse_announce_request, parse_announce_response, parse_connect_request, parse_connect_response,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -20,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
     };
     // Usually the transaction id the packet carries (so parsing goes on),
     // sometimes another one.
-    let tx_in = buf.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let tx_in = buf
+        .get(4..8)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
     let tx = match (sel & 3, tx_in) {
         (0, _) | (_, None) => 0x5eed_0000 | u32::from(sel),
         (_, Some(t)) => t,

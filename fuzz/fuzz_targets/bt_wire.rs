@@ -59,9 +59,19 @@ fuzz_target!(|data: &[u8]| {
         encode(m, &mut out);
         let frame = u32::from_be_bytes([out[0], out[1], out[2], out[3]]);
         assert_eq!(frame as usize + 4, out.len());
-        assert!(frame <= limits.max_frame(), "{} frame {frame} > max {}", m.name(), limits.max_frame());
+        assert!(
+            frame <= limits.max_frame(),
+            "{} frame {frame} > max {}",
+            m.name(),
+            limits.max_frame()
+        );
         let again = decode(&mut out, &limits);
-        assert_eq!(again.as_ref(), Ok(&Some(m.clone())), "{} does not round-trip", m.name());
+        assert_eq!(
+            again.as_ref(),
+            Ok(&Some(m.clone())),
+            "{} does not round-trip",
+            m.name()
+        );
         assert!(out.is_empty());
     }
 });

@@ -38,10 +38,17 @@ fuzz_target!(|data: &[u8]| {
             assert!(!c.is_empty() && c != "." && c != "..");
             assert!(!c.contains(['/', '\\', '\0']), "{c:?}");
             if platform == Platform::Windows {
-                assert!(!c.contains(':') && !c.chars().any(|ch| (ch as u32) < 0x20), "{c:?}");
+                assert!(
+                    !c.contains(':') && !c.chars().any(|ch| (ch as u32) < 0x20),
+                    "{c:?}"
+                );
                 assert!(!c.ends_with(['.', ' ']), "{c:?}");
             }
-            assert_eq!(safepath::component(&c, platform).as_deref(), Ok(&*c), "not stable");
+            assert_eq!(
+                safepath::component(&c, platform).as_deref(),
+                Ok(&*c),
+                "not stable"
+            );
         }
     }
 });

@@ -15,7 +15,11 @@ use weir_fuzz::Input;
 fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
     let sel = inp.byte();
-    let protocol = if sel & 1 == 0 { Protocol::Edonkey } else { Protocol::Emule };
+    let protocol = if sel & 1 == 0 {
+        Protocol::Edonkey
+    } else {
+        Protocol::Emule
+    };
     let ctx = DecodeCtx {
         peer_ext_requests: (sel >> 1) % 4,
     };

@@ -42,7 +42,11 @@ fn blocks_in_part(size: u64, part: u64) -> usize {
 fn check_verify(rd: &RecoveryData, size: u64, master: AichHash, part: u64) {
     match rd.verify(size, master, part) {
         Ok(blocks) => assert_eq!(blocks.len(), blocks_in_part(size, part)),
-        Err(RecoveryError::NoSuchPart { .. } | RecoveryError::Missing { .. } | RecoveryError::Mismatch) => {}
+        Err(
+            RecoveryError::NoSuchPart { .. }
+            | RecoveryError::Missing { .. }
+            | RecoveryError::Mismatch,
+        ) => {}
         Err(e) => panic!("verify: {e:?}"),
     }
 }
@@ -90,7 +94,9 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(rd.wide, size > OLD_MAX_FILE_SIZE);
                     assert!(rd.hashes.len() <= 32 + BLOCKS_PER_PART as usize);
                     reread(&rd);
-                    let blocks = rd.verify(size, tree.root(), part).expect("own recovery data verifies");
+                    let blocks = rd
+                        .verify(size, tree.root(), part)
+                        .expect("own recovery data verifies");
                     assert_eq!(blocks, tree.part_leaves(part));
                     // Change one hash or identifier: never trusted.
                     let mut bad = rd.clone();
@@ -103,7 +109,10 @@ fuzz_target!(|data: &[u8]| {
                         }
                     }
                     if bad != rd {
-                        assert!(bad.verify(size, tree.root(), part).is_err(), "tampered data verified");
+                        assert!(
+                            bad.verify(size, tree.root(), part).is_err(),
+                            "tampered data verified"
+                        );
                     }
                 }
                 Err(RecoveryError::NoSuchPart { .. }) => {
@@ -132,7 +141,10 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(p.payload.len(), 18 + 16 * hashes.len());
                     let _ = file_hash_from_hashset(&hashes);
                 }
-                Ok(ClientMessage::AichAnswer { data: Some((part, master, rd)), .. }) => {
+                Ok(ClientMessage::AichAnswer {
+                    data: Some((part, master, rd)),
+                    ..
+                }) => {
                     reread(&rd);
                     check_verify(&rd, size, master, u64::from(part));
                 }

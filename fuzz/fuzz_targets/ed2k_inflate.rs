@@ -27,7 +27,11 @@ fn reference(data: &[u8], cap: usize) -> (Vec<u8>, bool, usize, bool) {
             out.reserve((cap - out.len()).min(1 << 16));
         }
         let (in0, out0) = (z.total_in(), z.total_out());
-        match z.decompress_vec(&data[z.total_in() as usize..], &mut out, FlushDecompress::None) {
+        match z.decompress_vec(
+            &data[z.total_in() as usize..],
+            &mut out,
+            FlushDecompress::None,
+        ) {
             Err(_) => return (out, false, z.total_in() as usize, true),
             Ok(Status::StreamEnd) => return (out, true, z.total_in() as usize, false),
             Ok(_) if z.total_in() == in0 && z.total_out() == out0 && out.len() < out.capacity() => {
@@ -54,7 +58,10 @@ fuzz_target!(|data: &[u8]| {
     let over = want.len() > limit;
     match &got {
         Ok(out) => {
-            assert!(ended && used == z.len() && !over, "bounded inflate accepted what zlib does not");
+            assert!(
+                ended && used == z.len() && !over,
+                "bounded inflate accepted what zlib does not"
+            );
             assert_eq!(&out[..], &want[..]);
         }
         // zlib decodes ahead into its window, so where it notices corrupt
@@ -103,7 +110,10 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(InflateError::TooLarge { .. } | InflateError::Corrupt(_)) => {
             assert!(
-                matches!(first_err, Some(InflateError::TooLarge { .. } | InflateError::Corrupt(_))),
+                matches!(
+                    first_err,
+                    Some(InflateError::TooLarge { .. } | InflateError::Corrupt(_))
+                ),
                 "{first_err:?}"
             )
         }

@@ -17,7 +17,11 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(l) = FileLink::parse(s) {
         for p in [Platform::Unix, Platform::current()] {
-            assert!(safepath::component(&l.name, p).is_ok(), "unsafe name {:?}", l.name);
+            assert!(
+                safepath::component(&l.name, p).is_ok(),
+                "unsafe name {:?}",
+                l.name
+            );
         }
         assert!((1..=MAX_FILE_SIZE).contains(&l.size));
         assert!(l.sources.iter().all(|s| s.port != 0));

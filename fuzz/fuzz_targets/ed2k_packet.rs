@@ -39,14 +39,21 @@ fuzz_target!(|data: &[u8]| {
         _ => Limits {
             max_packet: u32::from(inp.u16()),
             max_unpacked: usize::from(inp.u16()),
-            packed_as: if sel & 4 != 0 { Protocol::Edonkey } else { Protocol::Emule },
+            packed_as: if sel & 4 != 0 {
+                Protocol::Edonkey
+            } else {
+                Protocol::Emule
+            },
         },
     };
     let seed = inp.byte();
     let stream = inp.rest();
     let (packets, err) = run(&[stream], limits);
     let (packets2, err2) = run(&chunks(stream, seed), limits);
-    assert_eq!(packets, packets2, "packets depend on how the stream was cut");
+    assert_eq!(
+        packets, packets2,
+        "packets depend on how the stream was cut"
+    );
     assert_eq!(err, err2);
     let mut consumed = 0;
     for p in &packets {
@@ -65,7 +72,10 @@ fuzz_target!(|data: &[u8]| {
             max_unpacked: p.payload.len(),
             packed_as: p.protocol,
         };
-        let q = Decoder::new(big).decode(&mut out).expect("re-framed packet decodes").expect("whole");
+        let q = Decoder::new(big)
+            .decode(&mut out)
+            .expect("re-framed packet decodes")
+            .expect("whole");
         assert!(out.is_empty());
         assert_eq!((q.opcode, &q.payload), (p.opcode, &p.payload));
         if !p.packed {

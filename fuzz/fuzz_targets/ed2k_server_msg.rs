@@ -21,7 +21,10 @@ fn reframe(out: &mut BytesMut) -> Packet {
         max_unpacked: 0,
         packed_as: Protocol::Edonkey,
     };
-    let q = Decoder::new(limits).decode(out).expect("an encoded message frames").expect("whole");
+    let q = Decoder::new(limits)
+        .decode(out)
+        .expect("an encoded message frames")
+        .expect("whole");
     assert!(out.is_empty());
     assert_eq!(q.protocol, Protocol::Edonkey);
     q
@@ -31,7 +34,11 @@ fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
     let sel = inp.byte();
     // Mostly eDonkey packets, as servers send them; eMule ones must be refused.
-    let protocol = if sel & 6 == 6 { Protocol::Emule } else { Protocol::Edonkey };
+    let protocol = if sel & 6 == 6 {
+        Protocol::Emule
+    } else {
+        Protocol::Edonkey
+    };
     let opcode = inp.byte();
     let p = Packet {
         protocol,
@@ -49,12 +56,18 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(q.opcode, opcode);
                 let m2 = ClientToServer::decode(&q).expect("an encoded message decodes");
                 let want = match &m {
-                    ClientToServer::OfferFiles { files, new_tags: true } => {
+                    ClientToServer::OfferFiles {
+                        files,
+                        new_tags: true,
+                    } => {
                         let mut files = files.clone();
                         for f in &mut files {
                             f.tags = f.tags.iter().map(Tag::normalized).collect();
                         }
-                        ClientToServer::OfferFiles { files, new_tags: true }
+                        ClientToServer::OfferFiles {
+                            files,
+                            new_tags: true,
+                        }
                     }
                     m => m.clone(),
                 };

@@ -29,7 +29,10 @@ fn run(pieces: &[&[u8]], ctl: bool, max: usize) -> (Vec<Item>, BytesMut) {
                     // Only an error may come from no input: a plain byte
                     // that overflows a subpacket is left to be read again
                     // as the start of the next header.
-                    assert!(used > 0 || matches!(it, Item::Error(_)), "{it:?} from no input");
+                    assert!(
+                        used > 0 || matches!(it, Item::Error(_)),
+                        "{it:?} from no input"
+                    );
                     if let Item::Subpacket { len, .. } = it {
                         assert!(len <= max);
                         good += len;
@@ -39,7 +42,10 @@ fn run(pieces: &[&[u8]], ctl: bool, max: usize) -> (Vec<Item>, BytesMut) {
             }
             rest = &rest[used..];
             let partial = out.len() - good;
-            assert!(partial == 0 || dec.in_data(), "data left outside a subpacket");
+            assert!(
+                partial == 0 || dec.in_data(),
+                "data left outside a subpacket"
+            );
             assert!(partial <= max);
         }
     }
@@ -57,5 +63,8 @@ fuzz_target!(|data: &[u8]| {
     let line = inp.rest();
     let whole = run(&[line], ctl, max);
     let cut = run(&chunks(line, seed), ctl, max);
-    assert_eq!(whole, cut, "the decoder's answer depends on how its input was cut");
+    assert_eq!(
+        whole, cut,
+        "the decoder's answer depends on how its input was cut"
+    );
 });

@@ -53,7 +53,9 @@ fn simple(t: &UnescapeTable, input: &[u8]) -> Vec<u8> {
             RxClass::Data => out.push(b),
             RxClass::Skip => {}
             RxClass::Zdle => {
-                let e = *input.get(i + 1).expect("block path consumed half an escape");
+                let e = *input
+                    .get(i + 1)
+                    .expect("block path consumed half an escape");
                 assert_eq!(e & 0x60, 0x40, "block path consumed ZDLE {e:#x}");
                 out.push(e ^ 0x40);
                 i += 1;
@@ -91,8 +93,14 @@ fuzz_target!(|data: &[u8]| {
             prev = whole[i];
         } else {
             assert_eq!(t.class(b), RxClass::Data, "raw {b:#x} on the wire");
-            assert!(!matches!(b & 0x7f, 0x10 | 0x11 | 0x13), "raw {b:#x} on the wire");
-            assert!(!(b & 0x7f == b'\r' && prev & 0x7f == b'@'), "raw CR after @");
+            assert!(
+                !matches!(b & 0x7f, 0x10 | 0x11 | 0x13),
+                "raw {b:#x} on the wire"
+            );
+            assert!(
+                !(b & 0x7f == b'\r' && prev & 0x7f == b'@'),
+                "raw CR after @"
+            );
             assert!(!(ctl && b & 0x60 == 0), "raw control {b:#x} under ESCCTL");
             prev = b;
         }

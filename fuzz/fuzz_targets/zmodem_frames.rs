@@ -30,10 +30,14 @@ fuzz_target!(|data: &[u8]| {
     let mut frames = 0;
     while !inp.is_empty() && frames < 16 {
         frames += 1;
-        let fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32][usize::from(inp.byte()) % 3];
+        let fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32]
+            [usize::from(inp.byte()) % 3];
         let t = inp.byte() % 24;
         let d = inp.u32().to_le_bytes();
-        let h = Header { frame_type: t, data: d };
+        let h = Header {
+            frame_type: t,
+            data: d,
+        };
         if noisy && inp.byte() & 1 == 1 {
             // Garbage before a header: neither ZPAD nor CAN.
             let g = inp.byte();
@@ -63,7 +67,10 @@ fuzz_target!(|data: &[u8]| {
                 let pos = at + usize::from(e >> 2) % (wire.len() - at);
                 wire.insert(pos, NOISE[usize::from(e >> 6)]);
             }
-            want_items.push(Item::Subpacket { end, len: body.len() });
+            want_items.push(Item::Subpacket {
+                end,
+                len: body.len(),
+            });
             want_data.extend_from_slice(body);
         }
     }

@@ -69,7 +69,11 @@ fn drain(rx: &mut Receiver, inp: &mut Input<'_>, now: Instant, c: &mut Check) {
                 c.next = Some(next + data.len() as u64);
             }
             RecvEvent::FileDone { size } => {
-                assert_eq!(Some(size), c.next, "file done at another length than received");
+                assert_eq!(
+                    Some(size),
+                    c.next,
+                    "file done at another length than received"
+                );
                 c.next = None;
             }
             RecvEvent::FileAbandoned { pos } => {
@@ -108,7 +112,11 @@ fuzz_target!(|data: &[u8]| {
     let mut rx = Receiver::new(cfg, now);
     let mut esc = Escaper::new(sel & 2 != 0);
     let mut fmt = HeaderFormat::Bin32;
-    let mut c = Check { next: None, done: false, finished: false };
+    let mut c = Check {
+        next: None,
+        done: false,
+        finished: false,
+    };
     let mut line = Vec::new();
     let mut steps = 0;
     while !inp.is_empty() && steps < 200 {
@@ -121,9 +129,18 @@ fuzz_target!(|data: &[u8]| {
                 rx.handle_input(now, inp.take(n))
             }
             1 | 2 => {
-                fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32][usize::from(op >> 3) % 3];
-                let t = if op & 0x80 != 0 { inp.byte() } else { TYPES[usize::from(inp.byte()) % TYPES.len()] };
-                let pos = if op & 0x40 != 0 { inp.u32() } else { rx.position() as u32 };
+                fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32]
+                    [usize::from(op >> 3) % 3];
+                let t = if op & 0x80 != 0 {
+                    inp.byte()
+                } else {
+                    TYPES[usize::from(inp.byte()) % TYPES.len()]
+                };
+                let pos = if op & 0x40 != 0 {
+                    inp.u32()
+                } else {
+                    rx.position() as u32
+                };
                 encode_header(&Header::with_pos(t, pos), fmt, &mut esc, &mut line);
                 rx.handle_input(now, &line)
             }
@@ -150,7 +167,12 @@ fuzz_target!(|data: &[u8]| {
                     let n = usize::from(inp.u16() % 1100);
                     inp.take(n)
                 };
-                let end = [FrameEnd::Crce, FrameEnd::Crcg, FrameEnd::Crcq, FrameEnd::Crcw][usize::from(op >> 3) % 4];
+                let end = [
+                    FrameEnd::Crce,
+                    FrameEnd::Crcg,
+                    FrameEnd::Crcq,
+                    FrameEnd::Crcw,
+                ][usize::from(op >> 3) % 4];
                 encode_subpacket(body, end, fmt.data_crc(), &mut esc, &mut line);
                 if op & 0x40 != 0 && !line.is_empty() {
                     // Line noise: one byte changed.
@@ -170,7 +192,10 @@ fuzz_target!(|data: &[u8]| {
             _ => rx.handle_eof(now),
         };
         if c.done {
-            assert!(result.is_ok(), "an error after the session ended: {result:?}");
+            assert!(
+                result.is_ok(),
+                "an error after the session ended: {result:?}"
+            );
         }
         if result.is_err() {
             assert!(rx.is_done(), "an error without ending: {result:?}");
@@ -179,7 +204,10 @@ fuzz_target!(|data: &[u8]| {
         drain(&mut rx, &mut inp, now, &mut c);
         if rx.is_done() {
             c.done = true;
-            assert!(rx.poll_timeout().is_none(), "a timer after the session ended");
+            assert!(
+                rx.poll_timeout().is_none(),
+                "a timer after the session ended"
+            );
         }
     }
 });

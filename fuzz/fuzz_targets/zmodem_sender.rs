@@ -76,15 +76,35 @@ fuzz_target!(|data: &[u8]| {
                 tx.handle_input(now, inp.take(n))
             }
             1 | 2 => {
-                let fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32][usize::from(op >> 3) % 3];
-                let t = if op & 0x80 != 0 { inp.byte() } else { TYPES[usize::from(inp.byte()) % TYPES.len()] };
+                let fmt = [HeaderFormat::Hex, HeaderFormat::Bin16, HeaderFormat::Bin32]
+                    [usize::from(op >> 3) % 3];
+                let t = if op & 0x80 != 0 {
+                    inp.byte()
+                } else {
+                    TYPES[usize::from(inp.byte()) % TYPES.len()]
+                };
                 let (file, pos, size) = tx.position();
-                assert!(pos <= size && file <= sizes.len(), "position {:?} of {sizes:?}", tx.position());
+                assert!(
+                    pos <= size && file <= sizes.len(),
+                    "position {:?} of {sizes:?}",
+                    tx.position()
+                );
                 let d = match op >> 6 & 1 {
-                    0 => (pos as u32).wrapping_add(u32::from(inp.byte())).wrapping_sub(128).to_le_bytes(),
+                    0 => (pos as u32)
+                        .wrapping_add(u32::from(inp.byte()))
+                        .wrapping_sub(128)
+                        .to_le_bytes(),
                     _ => inp.u32().to_le_bytes(),
                 };
-                encode_header(&Header { frame_type: t, data: d }, fmt, &mut esc, &mut line);
+                encode_header(
+                    &Header {
+                        frame_type: t,
+                        data: d,
+                    },
+                    fmt,
+                    &mut esc,
+                    &mut line,
+                );
                 tx.handle_input(now, &line)
             }
             3 => {
@@ -95,7 +115,10 @@ fuzz_target!(|data: &[u8]| {
                 Some(req) => {
                     assert!(req.file < sizes.len());
                     assert!(req.len > 0);
-                    assert!(req.offset + req.len as u64 <= sizes[req.file], "{req:?} past the end");
+                    assert!(
+                        req.offset + req.len as u64 <= sizes[req.file],
+                        "{req:?} past the end"
+                    );
                     let n = match inp.byte() % 4 {
                         0 => 0,
                         1 => req.len / 2,
@@ -108,7 +131,10 @@ fuzz_target!(|data: &[u8]| {
             },
         };
         if done {
-            assert!(result.is_ok(), "an error after the session ended: {result:?}");
+            assert!(
+                result.is_ok(),
+                "an error after the session ended: {result:?}"
+            );
         }
         if result.is_err() {
             assert!(tx.is_done());
@@ -131,7 +157,10 @@ fuzz_target!(|data: &[u8]| {
         tx.consume_output(n);
         if tx.is_done() {
             done = true;
-            assert!(tx.poll_timeout().is_none(), "a timer after the session ended");
+            assert!(
+                tx.poll_timeout().is_none(),
+                "a timer after the session ended"
+            );
         }
     }
 });

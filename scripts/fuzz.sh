@@ -27,6 +27,10 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: a nightly toolchain is needed (rustup toolchain install nightly)" >&2
   exit 2
 fi
+if ! command -v c++ >/dev/null 2>&1 && ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: a C++ compiler is needed to build libFuzzer (apt-get install g++)" >&2
+  exit 2
+fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "== installing cargo-fuzz"
   cargo install cargo-fuzz --locked

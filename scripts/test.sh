@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(python3-libtorrent transmission-daemon transmission-cli aria2 opentracker
-      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core)
+      lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core
+      g++)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(python3-libtorrent transmission-daemon transmission-cli aria2 opentracker
       lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core
-      chromium bsdutils)
+      chromium bsdutils g++)
 have_all=no
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
@@ -83,4 +83,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace --profile ci --no-fail-fast -- --test-threads="${WEIR_TEST_THREADS:-2}"
+echo "== fuzz"; ./scripts/fuzz.sh
 echo "== all tests passed"

@@ -1,8 +1,9 @@
-//! Property tests: the decoder never panics, and encoding and decoding are
-//! inverse on canonical data.
+//! Property tests: the decoder never panics, what it accepts is canonical,
+//! errors point inside the input, and encoding and decoding are inverse on
+//! canonical data.
 
 use proptest::prelude::*;
-use weir_bencode::{OwnedValue, decode, decode_prefix};
+use weir_bencode::{ErrorKind, OwnedValue, decode, decode_prefix};
 
 fn owned() -> impl Strategy<Value = OwnedValue> {
     let leaf = prop_oneof![
@@ -25,8 +26,20 @@ fn owned() -> impl Strategy<Value = OwnedValue> {
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..256)) {
-        let _ = decode(&data);
-        let _ = decode_prefix(&data);
+        let whole = decode(&data);
+        match &whole {
+            Ok(v) => prop_assert_eq!(v.to_vec(), data.clone()),
+            Err(e) => prop_assert!(e.offset <= data.len(), "offset {} past the input", e.offset),
+        }
+        // `decode` is `decode_prefix` plus "nothing after it".
+        match decode_prefix(&data) {
+            Ok((v, n)) if n == data.len() => prop_assert_eq!(whole, Ok(v)),
+            Ok((_, n)) => prop_assert_eq!(
+                whole.map_err(|e| e.kind),
+                Err(ErrorKind::TrailingData(data.len() - n))
+            ),
+            Err(e) => prop_assert_eq!(whole, Err(e)),
+        }
     }
 
     #[test]
@@ -58,6 +71,10 @@ proptest! {
     fn truncations_are_errors_not_panics(v in owned(), cut in any::<prop::sample::Index>()) {
         let bytes = v.to_vec();
         let n = cut.index(bytes.len());
-        prop_assert!(decode(&bytes[..n]).is_err());
+        let kind = decode(&bytes[..n]).map(|_| ()).map_err(|e| e.kind);
+        prop_assert!(
+            matches!(kind, Err(ErrorKind::UnexpectedEof | ErrorKind::LengthPastEnd { .. })),
+            "cut at {} of {:?}: {:?}", n, bytes, kind
+        );
     }
 }

@@ -350,10 +350,34 @@ fn unsorted_keys_are_malformed() {
     assert!(e.to_string().contains("not in sorted order"), "{e}");
 }
 
+/// What can be checked of any parse result: the torrent's own consistency
+/// when it loads, and a bencode error exactly when the bytes are not
+/// (strict) bencode.
+fn check_parse(data: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
+    let r = Metainfo::from_bytes(data);
+    proptest::prop_assert_eq!(
+        matches!(r, Err(MetainfoError::Bencode(_))),
+        weir_bencode::decode(data).is_err(),
+        "{:?}",
+        r
+    );
+    if let Ok(m) = r {
+        let info = &m.info;
+        proptest::prop_assert_eq!(
+            info.pieces.len() as u64,
+            m.total_length().div_ceil(u64::from(info.piece_length))
+        );
+        let top = weir_bencode::decode(data).unwrap();
+        let raw = top.as_dict().unwrap().get(b"info").unwrap().raw().unwrap();
+        proptest::prop_assert_eq!(<[u8; 20]>::from(Sha1::digest(raw)), m.info_hash);
+    }
+    Ok(())
+}
+
 proptest::proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
-        let _ = Metainfo::from_bytes(&data);
+        check_parse(&data)?;
     }
 
     #[test]
@@ -361,6 +385,6 @@ proptest::proptest! {
         let mut data = torrent(multi(vec![file(&["a", "b"], 70000), file(&["c"], 3)], 32768, 3));
         let i = idx % data.len();
         data[i] = byte;
-        let _ = Metainfo::from_bytes(&data);
+        check_parse(&data)?;
     }
 }

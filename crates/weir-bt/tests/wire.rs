@@ -325,17 +325,60 @@ proptest! {
         let mut buf = BytesMut::from(&data[..]);
         for _ in 0..400 {
             match decode(&mut buf, &l) {
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break,
+                // What decodes is within the limits and re-encodes to itself.
+                Ok(Some(m)) => {
+                    match &m {
+                        Message::Have { index } | Message::Suggest { index } | Message::AllowedFast { index }
+                        | Message::Piece { index, .. } => prop_assert!(pc == 0 || *index < pc),
+                        Message::Request(b) | Message::Cancel(b) | Message::Reject(b) => {
+                            prop_assert!(b.length >= 1 && b.length <= 64);
+                            prop_assert!(pc == 0 || b.index < pc);
+                        }
+                        Message::Extended { payload, .. } => prop_assert!(payload.len() <= 64),
+                        _ => {}
+                    }
+                    prop_assert_eq!(dec_all(&mut enc(&m), &l), Ok(vec![m]));
+                }
+                Ok(None) => break,
+                // Only frame-level errors come out of the message decoder.
+                Err(e) => {
+                    prop_assert!(
+                        !matches!(e, WireError::BadProtocol(_) | WireError::ExtHandshake(_)),
+                        "{e:?}"
+                    );
+                    break;
+                }
             }
         }
     }
 
     #[test]
     fn framed_garbage_never_panics(id in 0u8..=25, payload in proptest::collection::vec(any::<u8>(), 0..40)) {
-        let mut b = frame(id, &payload);
-        let _ = decode(&mut b, &Limits::new(17));
-        let mut b = frame(id, &payload);
-        let _ = decode(&mut b, &Limits::new(u32::MAX));
+        for l in [Limits::new(17), Limits::new(u32::MAX)] {
+            let mut b = frame(id, &payload);
+            let wire = b.clone();
+            match decode(&mut b, &l) {
+                // A known message is exactly its frame.
+                Ok(Some(m)) => {
+                    prop_assert_eq!(enc(&m), wire);
+                    prop_assert!(b.is_empty());
+                }
+                // An unknown id of this size is skipped whole.
+                Ok(None) => {
+                    prop_assert!(matches!(id, 10..=12 | 18 | 19 | 21..), "id {} not decoded", id);
+                    prop_assert!(b.is_empty());
+                }
+                Err(e) => prop_assert!(
+                    matches!(
+                        e,
+                        WireError::BadLength { .. }
+                            | WireError::BlockLength { .. }
+                            | WireError::IndexOutOfRange { .. }
+                            | WireError::SpareBits { .. }
+                    ),
+                    "id {}: {:?}", id, e
+                ),
+            }
+        }
     }
 }

@@ -207,7 +207,10 @@ mod tests {
         );
         // Exactly at the limit is fine, one byte more is not.
         assert!(inflate_bounded(&z, 17).is_ok());
-        assert!(inflate_bounded(&z, 16).is_err());
+        assert_eq!(
+            inflate_bounded(&z, 16),
+            Err(InflateError::TooLarge { limit: 16 })
+        );
     }
 
     #[test]
@@ -235,7 +238,21 @@ mod tests {
 
         #[test]
         fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2000), limit in 0usize..100_000) {
-            let _ = inflate_bounded(&data, limit);
+            match inflate_bounded(&data, limit) {
+                // Within the limit, and the same when fed in two pieces.
+                Ok(out) => {
+                    prop_assert!(out.len() <= limit);
+                    let mut b = BlockInflater::new(limit as u64);
+                    let (x, y) = data.split_at(data.len() / 2);
+                    let mut two = b.feed(x).unwrap().to_vec();
+                    two.extend_from_slice(&b.feed(y).unwrap());
+                    prop_assert!(b.is_done());
+                    prop_assert_eq!(two, out.to_vec());
+                }
+                Err(InflateError::TooLarge { limit: l }) => prop_assert_eq!(l, limit as u64),
+                Err(InflateError::Trailing(n)) => prop_assert!(n > 0 && n < data.len()),
+                Err(InflateError::Corrupt(_) | InflateError::Incomplete) => {}
+            }
         }
     }
 }

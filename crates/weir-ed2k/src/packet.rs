@@ -362,7 +362,30 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let mut d = Decoder::new(Limits { max_packet: 1000, max_unpacked: 1000, packed_as: Protocol::Emule });
             let mut buf = BytesMut::from(&bytes[..]);
-            while let Ok(Some(_)) = d.decode(&mut buf) {}
+            loop {
+                let head = buf.first().copied();
+                match d.decode(&mut buf) {
+                    // Within the limits, and framed again it is the same packet.
+                    Ok(Some(p)) => {
+                        prop_assert!(p.payload.len() < 1000);
+                        prop_assert_eq!(p.packed, head == Some(OP_PACKEDPROT));
+                        let mut again = BytesMut::new();
+                        put_packet(&mut again, p.protocol, p.opcode, &p.payload);
+                        let q = Decoder::new(Limits::CLIENT).decode(&mut again).unwrap().unwrap();
+                        prop_assert_eq!((q.protocol, q.opcode, q.payload), (p.protocol, p.opcode, p.payload));
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        match e {
+                            PacketError::UnknownProtocol(b) => prop_assert_eq!(Some(b), head),
+                            PacketError::TooLarge { len, max } => prop_assert!(len > max && max == 1000),
+                            PacketError::ZeroLength => {}
+                            PacketError::Inflate { .. } => prop_assert_eq!(head, Some(OP_PACKEDPROT)),
+                        }
+                        break;
+                    }
+                }
+            }
         }
 
         #[test]

@@ -389,16 +389,36 @@ mod tests {
 
     #[test]
     fn bad_tags_are_errors() {
-        assert!(dec(&[]).is_err());
-        assert!(dec(&[0x83]).is_err()); // no name
-        assert!(dec(&[0x83, 0x01, 1, 2]).is_err()); // truncated u32
-        assert!(dec(&[0x0c | 0x80, 0x01]).is_err()); // unknown type 0x0c
-        assert!(dec(&[0x21 | 0x80, 0x01, 0]).is_err()); // STR17 is not accepted (aMule)
-        assert!(dec(&[0x87, 0x01, 0xff, 0xff, 0xff, 0xff]).is_err()); // blob longer than payload
+        let truncated = |b: &[u8], want: &str| {
+            assert!(
+                matches!(dec(b), Err(WireError::Truncated { field, .. }) if field == want),
+                "{b:?}: {:?}",
+                dec(b)
+            )
+        };
+        let invalid = |r: Result<(), WireError>, want: &str| {
+            assert!(
+                matches!(&r, Err(WireError::Invalid { field, .. }) if *field == want),
+                "{r:?}"
+            )
+        };
+        truncated(&[], "tag type");
+        truncated(&[0x83], "tag name"); // no name
+        truncated(&[0x83, 0x01, 1, 2], "u32 tag");
+        invalid(dec(&[0x0c | 0x80, 0x01]).map(drop), "tag type"); // unknown type 0x0c
+        invalid(dec(&[0x21 | 0x80, 0x01, 0]).map(drop), "tag type"); // STR17 is not accepted (aMule)
+        truncated(&[0x87, 0x01, 0xff, 0xff], "blob length"); // no room for the length
+        truncated(&[0x87, 0x01, 0xff, 0xff, 0xff, 0xff], "blob tag"); // blob longer than payload
         let mut r = Reader::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]));
-        assert!(decode_list(&mut r).is_err()); // count over the limit, nothing allocated
+        invalid(decode_list(&mut r).map(drop), "tag count"); // count over the limit, nothing allocated
         let mut r = Reader::new(Bytes::from_static(&[2, 0, 0, 0, 0x89, 1, 5]));
-        assert!(decode_list(&mut r).is_err()); // 2 announced, 1 present
+        assert!(matches!(
+            decode_list(&mut r),
+            Err(WireError::Truncated {
+                field: "tag type",
+                ..
+            })
+        )); // 2 announced, 1 present
     }
 
     fn value_strategy() -> impl Strategy<Value = TagValue> {
@@ -453,9 +473,21 @@ mod tests {
         #[test]
         fn decoder_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             let mut r = Reader::new(Bytes::from(b.clone()));
-            let _ = decode_list(&mut r);
+            match decode_list(&mut r) {
+                // What decodes re-encodes (old form, widths kept) to the
+                // same tags (compared as text: a float may be NaN).
+                Ok(tags) => {
+                    let mut v = Vec::new();
+                    encode_list(&tags, false, &mut v);
+                    let again = decode_list(&mut Reader::new(Bytes::from(v))).unwrap();
+                    prop_assert_eq!(format!("{again:?}"), format!("{tags:?}"));
+                }
+                Err(e) => prop_assert!(matches!(e, WireError::Truncated { .. } | WireError::Invalid { .. }), "{:?}", e),
+            }
             let mut r = Reader::new(Bytes::from(b));
-            let _ = Tag::decode(&mut r);
+            if let Err(e) = Tag::decode(&mut r) {
+                prop_assert!(matches!(e, WireError::Truncated { .. } | WireError::Invalid { .. }), "{:?}", e);
+            }
         }
 
         #[test]
@@ -464,7 +496,8 @@ mod tests {
             if new { t.encode_new(&mut v) } else { t.encode_old(&mut v) }
             for cut in 0..v.len() {
                 let mut r = Reader::new(Bytes::copy_from_slice(&v[..cut]));
-                prop_assert!(Tag::decode(&mut r).is_err(), "cut at {}", cut);
+                let e = Tag::decode(&mut r);
+                prop_assert!(matches!(e, Err(WireError::Truncated { .. })), "cut at {}: {:?}", cut, e);
             }
         }
     }

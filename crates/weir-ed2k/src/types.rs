@@ -190,9 +190,24 @@ mod tests {
             Err(ParseHashError::Char('G'))
         );
         // Multi-byte characters never index inside a char.
-        assert!(Md4Hash::from_hex("ééééééééééééééé").is_err());
-        assert!(AichHash::from_base32("ABCDEFGHIJKLMNOPQRSTUVWXYZ23456!").is_err());
-        assert!(AichHash::from_base32("AAAA").is_err());
+        assert_eq!(
+            Md4Hash::from_hex("ééééééééééééééé"),
+            Err(ParseHashError::Length {
+                got: 15,
+                expected: 32
+            })
+        );
+        assert_eq!(
+            AichHash::from_base32("ABCDEFGHIJKLMNOPQRSTUVWXYZ23456!"),
+            Err(ParseHashError::Char('!'))
+        );
+        assert_eq!(
+            AichHash::from_base32("AAAA"),
+            Err(ParseHashError::Length {
+                got: 4,
+                expected: 32
+            })
+        );
     }
 
     #[test]
@@ -221,8 +236,18 @@ mod tests {
 
         #[test]
         fn hash_parsers_never_panic(s in ".{0,40}") {
-            let _ = Md4Hash::from_hex(&s);
-            let _ = AichHash::from_base32(&s);
+            // What parses prints back (up to case); a wrong length is named
+            // as such, anything else is a bad character.
+            match Md4Hash::from_hex(&s) {
+                Ok(h) => prop_assert!(h.to_hex().eq_ignore_ascii_case(&s)),
+                Err(ParseHashError::Length { .. }) => prop_assert_ne!(s.len(), 32),
+                Err(ParseHashError::Char(_)) => prop_assert_eq!(s.len(), 32),
+            }
+            match AichHash::from_base32(&s) {
+                Ok(h) => prop_assert!(h.to_base32().eq_ignore_ascii_case(&s)),
+                Err(ParseHashError::Length { .. }) => prop_assert_ne!(s.len(), 32),
+                Err(ParseHashError::Char(_)) => prop_assert_eq!(s.len(), 32),
+            }
         }
     }
 }

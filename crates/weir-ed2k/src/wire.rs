@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(r.u8("a").unwrap(), 1);
         assert_eq!(r.u16("b").unwrap(), 2);
         assert_eq!(r.u32("c").unwrap(), 3);
-        assert!(r.finish().is_err());
+        assert_eq!(r.finish(), Err(WireError::Trailing(1)));
         assert_eq!(
             r.u16("d"),
             Err(WireError::Truncated {
@@ -202,6 +202,13 @@ mod tests {
         let mut r = Reader::new(Bytes::from(v));
         assert_eq!(r.string16("s").unwrap().as_ref(), b"hi");
         let mut r = Reader::new(Bytes::from_static(&[5, 0, b'h']));
-        assert!(r.string16("s").is_err());
+        assert_eq!(
+            r.string16("s"),
+            Err(WireError::Truncated {
+                field: "s",
+                need: 5,
+                have: 1
+            })
+        );
     }
 }

@@ -375,7 +375,20 @@ mod tests {
 
         #[test]
         fn arbitrary_bodies_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let _ = AnnounceResponse::from_bytes(&data);
+            let r = AnnounceResponse::from_bytes(&data);
+            // A bencode error exactly when the body is not bencode, and
+            // never one of the UDP packet errors.
+            proptest::prop_assert_eq!(
+                matches!(r, Err(TrackerError::Bencode(_))),
+                weir_bencode::decode(&data).is_err()
+            );
+            proptest::prop_assert!(
+                !matches!(
+                    r,
+                    Err(TrackerError::TooShort { .. } | TrackerError::Action { .. } | TrackerError::TransactionId { .. })
+                ),
+                "{:?}", r
+            );
         }
     }
 }

@@ -395,11 +395,43 @@ mod tests {
 
         #[test]
         fn arbitrary_packets_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200), tx in any::<u32>()) {
-            let _ = parse_connect_request(&data);
-            let _ = parse_connect_response(&data, tx);
-            let _ = parse_announce_request(&data);
-            let _ = parse_announce_response(&data, tx, false);
-            let _ = parse_announce_response(&data, tx, true);
+            // What parses is rebuilt by the encoders; what is too short says so.
+            match parse_connect_request(&data) {
+                Ok(t) => prop_assert_eq!(&connect_request(t)[..], &data[..16]),
+                Err(TrackerError::TooShort { len, min: 16, .. }) => prop_assert!(len < 16),
+                Err(e) => prop_assert!(matches!(e, TrackerError::BadValue { .. } | TrackerError::Action { .. }), "{:?}", e),
+            }
+            match parse_connect_response(&data, tx) {
+                Ok(cid) => prop_assert_eq!(&connect_response(tx, cid)[..], &data[..16]),
+                Err(TrackerError::TooShort { len, .. }) => prop_assert!(len < 16),
+                Err(e) => prop_assert!(
+                    matches!(e, TrackerError::TransactionId { expected, .. } if expected == tx)
+                        || matches!(e, TrackerError::Failure(_) | TrackerError::Action { .. }),
+                    "{:?}", e
+                ),
+            }
+            match parse_announce_request(&data) {
+                Ok(a) => {
+                    let again = announce_request(a.connection_id, a.transaction_id, &a.request);
+                    prop_assert_eq!(parse_announce_request(&again), Ok(a));
+                }
+                Err(TrackerError::TooShort { len, .. }) => prop_assert!(len < ANNOUNCE_LEN),
+                Err(e) => prop_assert!(matches!(e, TrackerError::BadValue { .. } | TrackerError::Action { .. }), "{:?}", e),
+            }
+            for ipv6 in [false, true] {
+                match parse_announce_response(&data, tx, ipv6) {
+                    Ok(r) => prop_assert_eq!(announce_response(tx, &r, ipv6), data.clone()),
+                    Err(TrackerError::TooShort { len, .. }) => prop_assert!(len < 20),
+                    Err(e) => prop_assert!(
+                        matches!(
+                            e,
+                            TrackerError::TransactionId { .. } | TrackerError::Failure(_)
+                                | TrackerError::Action { .. } | TrackerError::BadValue { .. }
+                        ),
+                        "{:?}", e
+                    ),
+                }
+            }
         }
     }
 }

@@ -114,7 +114,13 @@ mod tests {
             Handshake::decode(b"GET / HTTP/1.1"),
             Err(WireError::BadProtocol(_))
         ));
-        assert!(Handshake::decode(b"\x13BitTorrent protocoX").is_err());
-        assert!(Handshake::decode(b"\x12").is_err());
+        assert_eq!(
+            Handshake::decode(b"\x13BitTorrent protocoX"),
+            Err(WireError::BadProtocol(b"\x13BitTorrent protocoX".to_vec()))
+        );
+        assert_eq!(
+            Handshake::decode(b"\x12"),
+            Err(WireError::BadProtocol(vec![0x12]))
+        );
     }
 }

@@ -512,12 +512,21 @@ mod tests {
 
     #[test]
     fn bad_hellos() {
-        assert!(Hello::decode_hello(&mut Reader::new(Bytes::from_static(&[20]))).is_err());
+        assert!(matches!(
+            Hello::decode_hello(&mut Reader::new(Bytes::from_static(&[20]))),
+            Err(WireError::Invalid {
+                field: "user hash size",
+                ..
+            })
+        ));
         let own = OwnHello::weir("w", 0, true);
         let mut v = vec![16u8];
         own.hello(Md4Hash::default(), 0, 1).encode_body(&mut v);
         v.push(1); // 1 stray byte: neither nothing nor a 4-byte trailer
-        assert!(Hello::decode_hello(&mut Reader::new(v.into())).is_err());
+        assert_eq!(
+            Hello::decode_hello(&mut Reader::new(v.into())),
+            Err(WireError::Trailing(1))
+        );
     }
 
     proptest! {

@@ -10,6 +10,7 @@ use super::*;
 use crate::hash::RecoveryData;
 use crate::packet::{Decoder, Limits, Packet, Protocol};
 use crate::tag::Tag;
+use crate::wire::WireError;
 use crate::{AichHash, Md4Hash};
 
 const CTX: DecodeCtx = DecodeCtx {
@@ -25,6 +26,11 @@ fn round(m: &ClientMessage) -> ClientMessage {
         .expect("whole");
     assert!(b.is_empty());
     ClientMessage::decode(&p, &CTX).expect("decode")
+}
+
+/// The payload error of a failed decode (`None` if it decoded).
+fn wire_err<T>(r: Result<T, DecodeError>) -> Option<WireError> {
+    r.err().map(|e| e.err)
 }
 
 fn pkt(proto: Protocol, opcode: u8, payload: &[u8]) -> Packet {
@@ -65,7 +71,13 @@ fn request_parts_layout_is_exactly_three_ranges() {
     // Four ranges' worth of bytes is not a request-parts packet.
     let mut payload = vec![0u8; 16 + 32];
     payload[0] = 1;
-    assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x47, &payload), &CTX).is_err());
+    assert_eq!(
+        wire_err(ClientMessage::decode(
+            &pkt(Protocol::Edonkey, 0x47, &payload),
+            &CTX
+        )),
+        Some(WireError::Trailing(8))
+    );
 }
 
 #[test]
@@ -117,14 +129,32 @@ fn sending_part_length_must_match() {
     p.extend_from_slice(&100u32.to_le_bytes());
     p.extend_from_slice(&110u32.to_le_bytes());
     p.extend_from_slice(&[1; 9]);
-    assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x46, &p), &CTX).is_err());
+    assert!(matches!(
+        wire_err(ClientMessage::decode(
+            &pkt(Protocol::Edonkey, 0x46, &p),
+            &CTX
+        )),
+        Some(WireError::Invalid {
+            field: "part data",
+            ..
+        })
+    ));
     p.push(1);
     assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x46, &p), &CTX).is_ok());
     // end <= start
     let mut q = vec![0u8; 16];
     q.extend_from_slice(&100u32.to_le_bytes());
     q.extend_from_slice(&100u32.to_le_bytes());
-    assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x46, &q), &CTX).is_err());
+    assert!(matches!(
+        wire_err(ClientMessage::decode(
+            &pkt(Protocol::Edonkey, 0x46, &q),
+            &CTX
+        )),
+        Some(WireError::Invalid {
+            field: "part data",
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -168,7 +198,13 @@ fn amule_multipacket_ext_as_sent_by_2_3_3() {
     let v0 = DecodeCtx {
         peer_ext_requests: 0,
     };
-    assert!(ClientMessage::decode(&pkt(Protocol::Emule, 0xA4, &p), &v0).is_err());
+    assert!(matches!(
+        wire_err(ClientMessage::decode(&pkt(Protocol::Emule, 0xA4, &p), &v0)),
+        Some(WireError::Invalid {
+            field: "multipacket entry",
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -185,7 +221,16 @@ fn queue_ranking_needs_twelve_bytes() {
     let mut b = BytesMut::new();
     m.encode(&mut b);
     assert_eq!(b.len(), 6 + 12);
-    assert!(ClientMessage::decode(&pkt(Protocol::Emule, 0x60, &[7, 0]), &CTX).is_err());
+    assert!(matches!(
+        wire_err(ClientMessage::decode(
+            &pkt(Protocol::Emule, 0x60, &[7, 0]),
+            &CTX
+        )),
+        Some(WireError::Invalid {
+            field: "queue ranking",
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -206,7 +251,16 @@ fn hashset_count_must_match() {
     let mut p = vec![0u8; 16];
     p.extend_from_slice(&2u16.to_le_bytes());
     p.extend_from_slice(&[0; 16]);
-    assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x52, &p), &CTX).is_err());
+    assert!(matches!(
+        wire_err(ClientMessage::decode(
+            &pkt(Protocol::Edonkey, 0x52, &p),
+            &CTX
+        )),
+        Some(WireError::Invalid {
+            field: "hashset",
+            ..
+        })
+    ));
     p.extend_from_slice(&[0; 16]);
     assert!(ClientMessage::decode(&pkt(Protocol::Edonkey, 0x52, &p), &CTX).is_ok());
 }
@@ -456,7 +510,17 @@ proptest! {
         let (proto, opcode) = m.opcode();
         for cut in 6..b.len() {
             let p = pkt(proto, opcode, &b[6..cut]);
-            prop_assert!(ClientMessage::decode(&p, &CTX).is_err(), "{:?} cut at {}", m, cut);
+            // Truncated, or for layouts whose length is checked up front
+            // (a hashset's count, a queue ranking's 12 bytes, part data
+            // against its range) invalid.
+            let r = ClientMessage::decode(&p, &CTX);
+            prop_assert!(
+                matches!(
+                    wire_err(r.clone()),
+                    Some(WireError::Truncated { .. } | WireError::Invalid { field: "hashset" | "queue ranking" | "part data", .. })
+                ),
+                "{:?} cut at {}: {:?}", m, cut, r
+            );
         }
     }
 
@@ -468,6 +532,23 @@ proptest! {
         ext in 0u8..3,
     ) {
         let proto = if emule { Protocol::Emule } else { Protocol::Edonkey };
-        let _ = ClientMessage::decode(&pkt(proto, opcode, &payload), &DecodeCtx { peer_ext_requests: ext });
+        let ctx = DecodeCtx { peer_ext_requests: ext };
+        match ClientMessage::decode(&pkt(proto, opcode, &payload), &ctx) {
+            // What decodes encodes to a packet that decodes the same
+            // (compared as bytes: float tags may be NaN).
+            Ok(m) => {
+                let mut b = BytesMut::new();
+                m.encode(&mut b);
+                let p = Decoder::new(Limits::CLIENT).decode(&mut b).unwrap().unwrap();
+                let again = ClientMessage::decode(&p, &ctx).unwrap();
+                let mut b2 = BytesMut::new();
+                again.encode(&mut b2);
+                let mut b1 = BytesMut::new();
+                m.encode(&mut b1);
+                prop_assert_eq!(b1, b2);
+            }
+            // The error names the packet it came from.
+            Err(e) => prop_assert_eq!((e.protocol, e.opcode), (proto, opcode)),
+        }
     }
 }

@@ -337,8 +337,21 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000), ctl in any::<bool>()) {
         let mut dec = Decoder::new(ctl, 512);
         let mut out = BytesMut::new();
-        let _ = decode_all(&mut dec, &bytes, &[13], &mut out);
-        prop_assert!(out.len() <= 512 * bytes.len());
+        let items = decode_all(&mut dec, &bytes, &[13], &mut out);
+        // Only the data of good subpackets stays, none over the limit.
+        dec.abandon(&mut out);
+        let mut good = 0;
+        for it in &items {
+            if let Item::Subpacket { len, .. } = it {
+                prop_assert!(*len <= 512);
+                good += len;
+            }
+        }
+        prop_assert_eq!(out.len(), good);
+        // The same bytes in other reads give the same items.
+        let mut dec2 = Decoder::new(ctl, 512);
+        let mut out2 = BytesMut::new();
+        prop_assert_eq!(decode_all(&mut dec2, &bytes, &[1, 200, 7], &mut out2), items);
     }
 }
 

@@ -16,6 +16,8 @@
 //! - [`storage`]: the storage contract (operations a core asks for and their
 //!   completions), the file layout, and the streaming piece verifier.
 //! - [`policy`]: the network allow-list every socket and datagram obeys.
+//! - [`peers`]: known-peer lists (bounded, pruned), dial state and backoff,
+//!   bans, and the limits on connections, half-open dials and handshakes.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
 
@@ -23,6 +25,7 @@ pub mod bitfield;
 pub mod bucket;
 pub mod geometry;
 pub mod meter;
+pub mod peers;
 pub mod picker;
 pub mod pipeline;
 pub mod policy;

@@ -4,9 +4,16 @@
 //! shared buffers with vectored writes (control runs never wait for the
 //! upload cap; block runs are paid for before they start) and reports each
 //! write back for upload backpressure.
+//!
+//! What a driver queues for a writer goes through a [`WriteQueue`], which
+//! counts the bytes queued and not yet written and refuses more past its
+//! bound: a peer that does not read cannot make weir hold its answers
+//! (the driver drops it and counts it).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -71,6 +78,84 @@ pub struct Outgoing {
     pub data: Vec<Bytes>,
     /// Block data bytes in `data` (0: control messages only).
     pub payload: u64,
+}
+
+/// Why a [`WriteQueue`] refused a message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The peer is not reading: the queue is at its bound.
+    #[error("peer is not reading: {queued} bytes queued for it (limit {limit})")]
+    Full {
+        /// Bytes queued and not yet written.
+        queued: u64,
+        /// The bound.
+        limit: u64,
+    },
+    /// The writer ended (the socket failed or closed).
+    #[error("connection closed")]
+    Closed,
+}
+
+/// The driver's end of a connection's writer: queues whole messages and
+/// counts the bytes queued and not yet written. A message that would take
+/// the count past the bound is refused (unless nothing is queued, so one
+/// message larger than the bound still goes).
+#[derive(Clone, Debug)]
+pub struct WriteQueue {
+    tx: mpsc::UnboundedSender<Outgoing>,
+    queued: Arc<AtomicU64>,
+    limit: u64,
+}
+
+/// The writer's end of a [`WriteQueue`] (pass it to [`writer`]).
+#[derive(Debug)]
+pub struct WriteRx {
+    rx: mpsc::UnboundedReceiver<Outgoing>,
+    queued: Arc<AtomicU64>,
+}
+
+/// A queue holding at most `limit` bytes not yet written.
+pub fn write_queue(limit: u64) -> (WriteQueue, WriteRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicU64::new(0));
+    (
+        WriteQueue {
+            tx,
+            queued: queued.clone(),
+            limit,
+        },
+        WriteRx { rx, queued },
+    )
+}
+
+impl WriteQueue {
+    /// Queues `o` for the writer, or refuses it (see [`QueueError`]); a
+    /// refused message is not sent at all (messages are never split).
+    pub fn send(&self, o: Outgoing) -> Result<(), QueueError> {
+        let len: u64 = o.data.iter().map(|b| b.len() as u64).sum();
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before > 0 && before + len > self.limit {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return Err(QueueError::Full {
+                queued: before,
+                limit: self.limit,
+            });
+        }
+        self.tx.send(o).map_err(|_| {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            QueueError::Closed
+        })
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
 }
 
 /// Reads, decodes in place and forwards message batches to the driver.
@@ -168,12 +253,13 @@ struct Unit {
 pub async fn writer<M, T>(
     conn: u32,
     mut wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    rx: WriteRx,
     up: Limiter,
     tx: mpsc::Sender<T>,
 ) where
     T: From<ConnEvent<M>>,
 {
+    let WriteRx { mut rx, queued } = rx;
     let mut queue: VecDeque<Unit> = VecDeque::new();
     let mut credit: u64 = 0;
     let mut open = true;
@@ -230,6 +316,7 @@ pub async fn writer<M, T>(
             Ok(n) => n,
         };
         drop(slices);
+        queued.fetch_sub(n as u64, Ordering::AcqRel);
         let mut adv = n;
         while adv > 0 {
             let u = queue.front_mut().expect("wrote queued bytes");
@@ -269,3 +356,6 @@ fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
         paid: unlimited || o.payload == 0,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,6 +30,10 @@ pub const READ_BUF: usize = 512 * 1024;
 const MIN_FREE: usize = 64 * 1024;
 /// Most slices in one vectored write.
 const MAX_IOV: usize = 512;
+/// After the driver lets go of a connection, the writer flushes what is
+/// queued for at most this long ([`linger`]), then the socket is dropped
+/// (a peer that does not read cannot keep it, and its queue, alive).
+pub const WRITE_LINGER: Duration = Duration::from_secs(5);
 
 /// Takes whole messages off the front of a receive buffer (zero copy:
 /// payloads are split off and frozen). A protocol's codec behind a trait so
@@ -249,7 +254,8 @@ struct Unit {
 /// and reports each write back (upload backpressure). Under an upload cap a
 /// block run is paid for before it starts; control runs never wait and go
 /// ahead of block runs that are waiting for tokens (messages are never
-/// split). Ends, after flushing, when the driver drops its sender.
+/// split). Ends, after flushing, when the driver drops its sender; hand
+/// its task to [`linger`] then, so the flush is bounded in time.
 pub async fn writer<M, T>(
     conn: u32,
     mut wr: OwnedWriteHalf,
@@ -346,6 +352,20 @@ pub async fn writer<M, T>(
             return;
         }
     }
+}
+
+/// Lets a writer whose queue the driver dropped flush for at most
+/// [`WRITE_LINGER`], then ends it (and with it the socket).
+pub fn linger(task: tokio::task::JoinHandle<()>) {
+    if task.is_finished() {
+        return;
+    }
+    tokio::spawn(async move {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(WRITE_LINGER, task).await.is_err() {
+            abort.abort();
+        }
+    });
 }
 
 fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {

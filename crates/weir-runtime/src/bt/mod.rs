@@ -167,6 +167,8 @@ pub struct Progress {
     pub stats: Stats,
     /// Bytes in the torrent.
     pub total: u64,
+    /// Peer addresses known (the bounded peer book).
+    pub peers_known: usize,
 }
 
 /// What a finished run reports.
@@ -379,6 +381,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         },
         stats: torrent.stats(Instant::now()),
         total,
+        peers_known: 0,
     });
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
@@ -423,6 +426,7 @@ struct ConnState {
     peer_id: [u8; 20],
     writer: WriteQueue,
     reader: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
     /// We dialled it (it is in the peer book).
     dialled: bool,
 }
@@ -707,7 +711,7 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(peerconn::writer::<Message, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<Message, Msg>(
             conn,
             wr,
             wrx,
@@ -721,6 +725,7 @@ impl Driver {
                 peer_id: theirs.peer_id,
                 writer: wtx,
                 reader,
+                writer_task,
                 dialled,
             },
         );
@@ -747,6 +752,8 @@ impl Driver {
                     if let Err(e) = c.writer.send(Outgoing { data, payload }) {
                         let reason = e.to_string();
                         tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        // It does not read: nothing more is flushed to it.
+                        c.writer_task.abort();
                         self.torrent.peer_error(conn, reason, Instant::now());
                         self.drop_conn(conn);
                     }
@@ -782,8 +789,10 @@ impl Driver {
 
     fn drop_conn(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            // Dropping the writer's sender lets it flush and shut down.
+            // Dropping the writer's sender lets it flush and shut down,
+            // within the linger time.
             c.reader.abort();
+            peerconn::linger(c.writer_task);
             if c.dialled {
                 self.book.disconnected(c.addr, Instant::now());
             }
@@ -843,6 +852,7 @@ impl Driver {
             phase,
             stats: self.torrent.stats(now),
             total: self.meta.info.total_length(),
+            peers_known: self.book.counts().known,
         });
     }
 

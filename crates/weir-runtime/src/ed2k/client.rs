@@ -166,6 +166,8 @@ pub struct Progress {
     pub done: u64,
     /// Bytes over all files.
     pub total: u64,
+    /// Peer addresses known (the bounded peer book).
+    pub peers_known: usize,
 }
 
 /// What a finished run reports.
@@ -369,6 +371,7 @@ pub async fn start(
         stats: Stats::default(),
         done: 0,
         total,
+        peers_known: 0,
     });
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
@@ -421,6 +424,7 @@ struct ConnState {
     addr: SocketAddr,
     writer: WriteQueue,
     reader: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
     /// We dialled it (it is in the peer book).
     dialled: bool,
 }
@@ -430,6 +434,7 @@ pub(super) struct ServerConn {
     pub(super) session: ServerSession,
     pub(super) writer: WriteQueue,
     pub(super) reader: JoinHandle<()>,
+    pub(super) writer_task: JoinHandle<()>,
 }
 
 /// How often a server is asked for sources of an incomplete download.
@@ -667,7 +672,7 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(peerconn::writer::<Packet, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<Packet, Msg>(
             id,
             wr,
             wrx,
@@ -680,6 +685,7 @@ impl Driver {
                 addr,
                 writer: wtx,
                 reader,
+                writer_task,
                 dialled: outgoing,
             },
         );
@@ -705,6 +711,8 @@ impl Driver {
                     if let Err(e) = c.writer.send(Outgoing { data, payload }) {
                         let reason = e.to_string();
                         tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        // It does not read: nothing more is flushed to it.
+                        c.writer_task.abort();
                         self.client.conn_error(conn, reason, Instant::now());
                         self.drop_conn(conn);
                     }
@@ -796,8 +804,10 @@ impl Driver {
 
     fn drop_conn(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            // Dropping the writer's sender lets it flush and shut down.
+            // Dropping the writer's sender lets it flush and shut down,
+            // within the linger time.
             c.reader.abort();
+            peerconn::linger(c.writer_task);
             if c.dialled {
                 self.book.disconnected(c.addr, Instant::now());
             }
@@ -897,6 +907,7 @@ impl Driver {
             stats: self.client.stats(now),
             done,
             total,
+            peers_known: self.book.counts().known,
         });
     }
 
@@ -908,6 +919,7 @@ impl Driver {
         self.progress.send_modify(|p| p.phase = Phase::Done);
         if let Some(s) = self.server.take() {
             s.reader.abort();
+            peerconn::linger(s.writer_task);
         }
         let conns: Vec<ConnId> = self.conns.keys().copied().collect();
         for c in conns {

@@ -61,6 +61,9 @@ impl ServerOptions {
     }
 }
 
+/// Why a connection whose queue overflowed ends.
+const NOT_READING: &str = "not reading its answers";
+
 /// A connection's writer queue and the way to end it from elsewhere.
 struct Peer {
     queue: WriteQueue,
@@ -187,7 +190,7 @@ async fn serve(
         };
         let read = tokio::select! {
             r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
-            () = kill.notified() => break "not reading its answers".to_string(),
+            () = kill.notified() => break NOT_READING.to_string(),
             e = ev_rx.recv() => match e {
                 Some(ConnEvent::Sent { .. }) => continue,
                 _ => break "write failed".to_string(),
@@ -227,14 +230,18 @@ async fn serve(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&conn);
-    // Queued replies get a moment to drain (a client that reads them gets
-    // them), then the connection closes.
-    let mut writer = writer;
-    if tokio::time::timeout(Duration::from_secs(5), &mut writer)
-        .await
-        .is_err()
-    {
+    if reason == NOT_READING {
         writer.abort();
+    } else {
+        // Queued replies drain (for at most the linger time), then the
+        // connection closes.
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(peerconn::WRITE_LINGER, writer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
     }
     reason
 }

@@ -327,3 +327,35 @@ async fn the_reader_stops_reading_while_the_driver_is_behind() {
 fn msg_len() -> u64 {
     60_004
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_writer_let_go_of_flushes_for_at_most_the_linger_time() {
+    let (ours, _theirs) = pair().await;
+    let (_rd, wr) = ours.into_split();
+    let (q, rx) = write_queue(64 << 20);
+    let (tx, mut ev) = mpsc::channel::<Ev>(1 << 16);
+    // More than the kernel buffers hold; the peer never reads.
+    for _ in 0..256 {
+        q.send(Outgoing {
+            data: vec![Bytes::from(vec![3u8; 64 * 1024])],
+            payload: 0,
+        })
+        .unwrap();
+    }
+    let task = tokio::spawn(writer::<Bytes, Ev>(1, wr, rx, Limiter::unlimited(), tx));
+    tokio::task::yield_now().await;
+    let start = tokio::time::Instant::now();
+    drop(q);
+    linger(task);
+    // The writer's end drops its event sender: the channel closes.
+    tokio::time::timeout(WRITE_LINGER * 2, async {
+        while ev.recv().await.is_some() {}
+    })
+    .await
+    .expect("the writer kept a peer that does not read");
+    let took = start.elapsed();
+    assert!(
+        took >= WRITE_LINGER && took < WRITE_LINGER + Duration::from_secs(1),
+        "{took:?}"
+    );
+}

@@ -33,7 +33,7 @@ impl Driver {
             Limiter::unlimited(),
             self.tx.clone(),
         ));
-        tokio::spawn(peerconn::writer::<ServerPacket, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<ServerPacket, Msg>(
             0,
             wr,
             wrx,
@@ -46,6 +46,7 @@ impl Driver {
             session,
             writer: wtx,
             reader,
+            writer_task,
         });
         self.flush_server();
     }
@@ -90,6 +91,7 @@ impl Driver {
         if let Some(s) = self.server.take() {
             tracing::warn!("eD2k server {}: {why}", s.addr);
             s.reader.abort();
+            peerconn::linger(s.writer_task);
             self.server_retry.insert(s.addr, now + SERVER_RETRY);
             self.client.set_server(None, 0);
             self.next_source_ask = None;

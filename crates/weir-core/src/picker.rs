@@ -577,12 +577,31 @@ mod tests {
 
     #[test]
     fn partial_pieces_are_continued_before_new_ones() {
-        let mut p = Picker::new(geo(4, 4), Order::Sequential, 0);
-        let mut out = Vec::new();
-        p.pick(0, PeerHas::All, 2, &mut out);
-        out.clear();
-        p.pick(1, PeerHas::All, 2, &mut out);
-        assert!(out.iter().all(|b| b.piece == 0), "{out:?}");
+        // Rarest first, and the partial piece becomes the most common one:
+        // it is still continued before any rarer piece is started.
+        for seed in 0..20 {
+            let mut p = Picker::new(geo(8, 4), Order::RarestFirst, seed);
+            let all = Bitfield::full(8);
+            p.peer_joined(PeerHas::Some(&all));
+            let mut out = Vec::new();
+            p.pick(0, PeerHas::Some(&all), 2, &mut out);
+            let started = out[0].piece;
+            assert!(out.iter().all(|b| b.piece == started), "{out:?}");
+            for _ in 0..3 {
+                p.peer_has(started);
+            }
+            assert!((0..8).all(|i| i == started || p.availability(i) < p.availability(started)));
+            out.clear();
+            p.pick(1, PeerHas::Some(&all), 2, &mut out);
+            assert!(
+                out.iter().all(|b| b.piece == started),
+                "seed {seed}: started {started}, then {out:?}"
+            );
+            // Once it has no free block left, the rarest pieces come next.
+            out.clear();
+            p.pick(2, PeerHas::Some(&all), 1, &mut out);
+            assert_ne!(out[0].piece, started);
+        }
     }
 
     #[test]

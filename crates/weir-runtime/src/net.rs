@@ -14,8 +14,10 @@
 //! with a [`LookupAllowed`] token, which only [`plan`] makes, after that
 //! check.
 
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use weir_core::policy::NetPolicy;
@@ -261,6 +263,95 @@ pub async fn accept_tcp(
     }
 }
 
+/// First wait after an accept error that is not about the connection
+/// itself (out of descriptors, buffers or memory).
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest wait between accept attempts while such errors last.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
+
+/// What an accept error means for the listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceptError {
+    /// The connection went away before we took it (aborted, reset,
+    /// interrupted): take the next at once.
+    Connection,
+    /// Out of descriptors, buffers or memory (EMFILE, ENFILE, ENOBUFS,
+    /// ENOMEM): the pending connection stays queued, so retrying at once
+    /// would spin; wait a little, longer while it lasts.
+    Resources,
+    /// Anything else: wait as for [`AcceptError::Resources`], and log it.
+    Other,
+}
+
+/// Sorts an accept error (see [`AcceptError`]).
+pub fn classify_accept_error(e: &io::Error) -> AcceptError {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => AcceptError::Resources,
+        Some(
+            libc::ECONNABORTED
+            | libc::ECONNRESET
+            | libc::EINTR
+            | libc::EAGAIN
+            | libc::EPROTO
+            | libc::EPERM
+            | libc::ETIMEDOUT
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::ENETDOWN
+            | libc::ENONET
+            | libc::EOPNOTSUPP,
+        ) => AcceptError::Connection,
+        _ => match e.kind() {
+            io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock => AcceptError::Connection,
+            _ => AcceptError::Other,
+        },
+    }
+}
+
+/// The one accept loop every listener runs: hands each connection the
+/// policy allows to `on_conn` (others are closed at once and logged) until
+/// `on_conn` returns false. It never ends on an accept error: errors about
+/// one connection are skipped, and running out of descriptors or memory
+/// waits [`ACCEPT_BACKOFF_MIN`], doubling up to [`ACCEPT_BACKOFF_MAX`],
+/// and tries again (connections freed meanwhile are then taken).
+pub async fn accept_loop<F, Fut>(policy: &NetPolicy, listener: &TcpListener, mut on_conn: F)
+where
+    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut backoff = Duration::ZERO;
+    loop {
+        match listener.accept().await {
+            Ok((stream, addr)) => {
+                backoff = Duration::ZERO;
+                if refuse(policy, addr, "incoming connection from").is_err() {
+                    drop(stream);
+                    continue;
+                }
+                if !on_conn(stream, addr).await {
+                    return;
+                }
+            }
+            Err(e) => match classify_accept_error(&e) {
+                AcceptError::Connection => continue,
+                kind => {
+                    if backoff.is_zero() {
+                        tracing::warn!("accept on {:?}: {e}; retrying", listener.local_addr());
+                        backoff = ACCEPT_BACKOFF_MIN;
+                    } else {
+                        tracing::debug!("accept: {e} ({kind:?}); retrying in {backoff:?}");
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    }
+                    tokio::time::sleep(backoff).await;
+                }
+            },
+        }
+    }
+}
+
 /// A UDP socket that checks every destination and every source against the
 /// policy.
 #[derive(Debug)]
@@ -404,6 +495,82 @@ mod tests {
         let b = resolve(&any, &name, 81).await.unwrap();
         assert!(b.iter().all(|a| a.port() == 81), "{b:?}");
         assert_eq!(LOOKUPS.with(|n| n.get()), before + 2);
+    }
+
+    #[test]
+    fn accept_errors_are_sorted() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert_eq!(
+            classify_accept_error(&e(libc::EMFILE)),
+            AcceptError::Resources
+        );
+        assert_eq!(
+            classify_accept_error(&e(libc::ENFILE)),
+            AcceptError::Resources
+        );
+        assert_eq!(
+            classify_accept_error(&e(libc::ENOBUFS)),
+            AcceptError::Resources
+        );
+        assert_eq!(
+            classify_accept_error(&e(libc::ECONNABORTED)),
+            AcceptError::Connection
+        );
+        assert_eq!(classify_accept_error(&e(libc::EBADF)), AcceptError::Other);
+    }
+
+    #[tokio::test]
+    async fn accept_from_outside_the_policy_is_closed_and_the_loop_goes_on() {
+        // Only 127.0.0.2 is allowed: a connection from 127.0.0.1 is closed
+        // at once, one from 127.0.0.2 is handed over.
+        let policy = NetPolicy::parse("127.0.0.2/32").unwrap();
+        let l = listen_tcp("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            accept_loop(&policy, &l, |s, a| {
+                let _ = tx.send((s, a));
+                async { true }
+            })
+            .await;
+        });
+        let mut outside = TcpStream::connect(addr).await.unwrap();
+        let mut b = [0u8; 1];
+        use tokio::io::AsyncReadExt;
+        let r = tokio::time::timeout(Duration::from_secs(10), outside.read(&mut b))
+            .await
+            .expect("an outside connection is closed, not left open");
+        assert!(matches!(r, Ok(0)) || r.is_err(), "{r:?}");
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let _inside = sock.connect(addr).await.unwrap();
+        let (_, from) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(from.ip(), "127.0.0.2".parse::<std::net::IpAddr>().unwrap());
+        assert!(rx.try_recv().is_err(), "the refused one was handed over");
+    }
+
+    #[tokio::test]
+    async fn udp_from_outside_the_policy_is_dropped() {
+        let policy = NetPolicy::parse("127.0.0.2/32").unwrap();
+        let udp = PolicedUdp::bind(&policy, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let to = udp.local_addr().unwrap();
+        let outside = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        outside.send_to(b"outside", to).await.unwrap();
+        let inside = UdpSocket::bind("127.0.0.2:0").await.unwrap();
+        inside.send_to(b"inside", to).await.unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = tokio::time::timeout(Duration::from_secs(10), udp.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        // The first datagram (from outside) was dropped, not returned.
+        assert_eq!(&buf[..n], b"inside");
+        assert_eq!(from, inside.local_addr().unwrap());
     }
 
     #[tokio::test]

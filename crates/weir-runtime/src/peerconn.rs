@@ -4,9 +4,17 @@
 //! shared buffers with vectored writes (control runs never wait for the
 //! upload cap; block runs are paid for before they start) and reports each
 //! write back for upload backpressure.
+//!
+//! What a driver queues for a writer goes through a [`WriteQueue`], which
+//! counts the bytes queued and not yet written and refuses more past its
+//! bound: a peer that does not read cannot make weir hold its answers
+//! (the driver drops it and counts it).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,6 +30,10 @@ pub const READ_BUF: usize = 512 * 1024;
 const MIN_FREE: usize = 64 * 1024;
 /// Most slices in one vectored write.
 const MAX_IOV: usize = 512;
+/// After the driver lets go of a connection, the writer flushes what is
+/// queued for at most this long ([`linger`]), then the socket is dropped
+/// (a peer that does not read cannot keep it, and its queue, alive).
+pub const WRITE_LINGER: Duration = Duration::from_secs(5);
 
 /// Takes whole messages off the front of a receive buffer (zero copy:
 /// payloads are split off and frozen). A protocol's codec behind a trait so
@@ -71,6 +83,84 @@ pub struct Outgoing {
     pub data: Vec<Bytes>,
     /// Block data bytes in `data` (0: control messages only).
     pub payload: u64,
+}
+
+/// Why a [`WriteQueue`] refused a message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The peer is not reading: the queue is at its bound.
+    #[error("peer is not reading: {queued} bytes queued for it (limit {limit})")]
+    Full {
+        /// Bytes queued and not yet written.
+        queued: u64,
+        /// The bound.
+        limit: u64,
+    },
+    /// The writer ended (the socket failed or closed).
+    #[error("connection closed")]
+    Closed,
+}
+
+/// The driver's end of a connection's writer: queues whole messages and
+/// counts the bytes queued and not yet written. A message that would take
+/// the count past the bound is refused (unless nothing is queued, so one
+/// message larger than the bound still goes).
+#[derive(Clone, Debug)]
+pub struct WriteQueue {
+    tx: mpsc::UnboundedSender<Outgoing>,
+    queued: Arc<AtomicU64>,
+    limit: u64,
+}
+
+/// The writer's end of a [`WriteQueue`] (pass it to [`writer`]).
+#[derive(Debug)]
+pub struct WriteRx {
+    rx: mpsc::UnboundedReceiver<Outgoing>,
+    queued: Arc<AtomicU64>,
+}
+
+/// A queue holding at most `limit` bytes not yet written.
+pub fn write_queue(limit: u64) -> (WriteQueue, WriteRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicU64::new(0));
+    (
+        WriteQueue {
+            tx,
+            queued: queued.clone(),
+            limit,
+        },
+        WriteRx { rx, queued },
+    )
+}
+
+impl WriteQueue {
+    /// Queues `o` for the writer, or refuses it (see [`QueueError`]); a
+    /// refused message is not sent at all (messages are never split).
+    pub fn send(&self, o: Outgoing) -> Result<(), QueueError> {
+        let len: u64 = o.data.iter().map(|b| b.len() as u64).sum();
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before > 0 && before + len > self.limit {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return Err(QueueError::Full {
+                queued: before,
+                limit: self.limit,
+            });
+        }
+        self.tx.send(o).map_err(|_| {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            QueueError::Closed
+        })
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
 }
 
 /// Reads, decodes in place and forwards message batches to the driver.
@@ -164,16 +254,18 @@ struct Unit {
 /// and reports each write back (upload backpressure). Under an upload cap a
 /// block run is paid for before it starts; control runs never wait and go
 /// ahead of block runs that are waiting for tokens (messages are never
-/// split). Ends, after flushing, when the driver drops its sender.
+/// split). Ends, after flushing, when the driver drops its sender; hand
+/// its task to [`linger`] then, so the flush is bounded in time.
 pub async fn writer<M, T>(
     conn: u32,
     mut wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    rx: WriteRx,
     up: Limiter,
     tx: mpsc::Sender<T>,
 ) where
     T: From<ConnEvent<M>>,
 {
+    let WriteRx { mut rx, queued } = rx;
     let mut queue: VecDeque<Unit> = VecDeque::new();
     let mut credit: u64 = 0;
     let mut open = true;
@@ -230,6 +322,7 @@ pub async fn writer<M, T>(
             Ok(n) => n,
         };
         drop(slices);
+        queued.fetch_sub(n as u64, Ordering::AcqRel);
         let mut adv = n;
         while adv > 0 {
             let u = queue.front_mut().expect("wrote queued bytes");
@@ -261,6 +354,20 @@ pub async fn writer<M, T>(
     }
 }
 
+/// Lets a writer whose queue the driver dropped flush for at most
+/// [`WRITE_LINGER`], then ends it (and with it the socket).
+pub fn linger(task: tokio::task::JoinHandle<()>) {
+    if task.is_finished() {
+        return;
+    }
+    tokio::spawn(async move {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(WRITE_LINGER, task).await.is_err() {
+            abort.abort();
+        }
+    });
+}
+
 fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
     let data: VecDeque<Bytes> = o.data.into_iter().filter(|b| !b.is_empty()).collect();
     (!data.is_empty()).then_some(Unit {
@@ -269,3 +376,6 @@ fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
         paid: unlimited || o.payload == 0,
     })
 }
+
+#[cfg(test)]
+mod tests;

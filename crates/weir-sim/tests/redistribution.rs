@@ -40,11 +40,31 @@ fn check(label: &str, slow: f64, fast: f64) {
         "{label}: total {:.2} MB/s is under 98% of the cap",
         total / 1e6
     );
-    // The slow source is not squeezed out: it delivers what it can.
+    // The cap holds: one bucket shared by everything the leecher(s) get
+    // (a cap applied per torrent or per connection would let the total
+    // run past it).
+    assert!(
+        total <= 1.01 * CAP as f64,
+        "{label}: total {:.2} MB/s is over the 20 MB/s cap",
+        total / 1e6
+    );
+    // The slow source is not squeezed out: it delivers what it can, and
+    // no more than its own 5 MB/s upload cap allows.
     assert!(
         slow >= 0.9 * SLOW as f64,
         "{label}: slow seeder got only {:.2} MB/s of its 5",
         slow / 1e6
+    );
+    assert!(
+        slow <= 1.02 * SLOW as f64,
+        "{label}: slow seeder sent {:.2} MB/s, over its 5 MB/s cap",
+        slow / 1e6
+    );
+    // The fast one takes the rest of the cap.
+    assert!(
+        (0.95 * (CAP - SLOW) as f64..=1.02 * (CAP - SLOW) as f64).contains(&fast),
+        "{label}: fast seeder {:.2} MB/s, expected about 15",
+        fast / 1e6
     );
 }
 

@@ -58,6 +58,9 @@ const OPTIMISTIC_ROUNDS: u32 = 3;
 const ENDGAME_DEPTH: usize = 8;
 /// Bad pieces a peer may contribute to before it is banned.
 const BAN_STRIKES: u32 = 2;
+/// Blocks nobody asked a peer for that it may send (dropped, each a
+/// violation) before it is disconnected.
+const UNREQUESTED_ALLOWANCE: u32 = 8;
 
 /// Tunables of one torrent.
 #[derive(Clone, Debug)]
@@ -179,6 +182,8 @@ pub struct Stats {
     pub banned: u32,
     /// Blocks received twice (endgame duplicates).
     pub duplicate_blocks: u32,
+    /// Blocks received that nobody asked that peer for (dropped).
+    pub unrequested_blocks: u32,
 }
 
 /// One torrent and its peers.
@@ -649,6 +654,8 @@ impl Torrent {
         if !p.fast {
             for (piece, begin) in std::mem::take(&mut p.outstanding).into_keys() {
                 self.content.release(conn, piece, begin);
+                // Blocks already on the way may still come.
+                p.forget_request(piece, begin);
             }
         }
     }
@@ -709,16 +716,34 @@ impl Torrent {
     fn on_block(&mut self, conn: ConnId, index: u32, begin: u32, data: Bytes, now: Instant) {
         let len = data.len() as u32;
         let p = self.peers.get_mut(&conn).expect("caller checked");
+        let asked = match p.outstanding.remove(&(index, begin)) {
+            Some(o) => {
+                p.pipeline
+                    .on_block(now, now.saturating_duration_since(o.sent_at), len);
+                o.len == len
+            }
+            // Asked before and dropped (a cancel or choke crossed it).
+            None => p.take_late(index, begin),
+        };
+        if !asked {
+            // Data nobody asked this peer for is not kept (a peer must not
+            // be able to fill memory with pieces we never requested).
+            p.unrequested += 1;
+            self.stats.unrequested_blocks += 1;
+            let n = p.unrequested;
+            if n > UNREQUESTED_ALLOWANCE {
+                return self.fail(
+                    conn,
+                    format!("{n} blocks we did not ask for (last {index}:{begin}+{len})"),
+                );
+            }
+            return;
+        }
         // The one place every downloaded payload byte passes through.
         p.down.record(now, u64::from(len));
         self.stats.downloaded += u64::from(len);
         p.last_block_at = now;
         p.snubbed = false;
-        if let Some(o) = p.outstanding.remove(&(index, begin)) {
-            let _ = o.len;
-            p.pipeline
-                .on_block(now, now.saturating_duration_since(o.sent_at), len);
-        }
         let from = Sender {
             conn,
             ip: p.addr.ip(),
@@ -734,6 +759,7 @@ impl Torrent {
                     if let Some(o) = self.peers.get_mut(&other)
                         && o.outstanding.remove(&(index, begin)).is_some()
                     {
+                        o.forget_request(index, begin);
                         o.send(
                             &Message::Cancel(BlockRef {
                                 index,
@@ -851,6 +877,7 @@ impl Torrent {
                 p.outstanding.clear();
                 for (piece, begin) in keys {
                     self.content.release(c, piece, begin);
+                    p.forget_request(piece, begin);
                 }
             }
             if keepalive {

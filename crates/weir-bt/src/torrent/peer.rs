@@ -1,6 +1,6 @@
 //! The state the torrent keeps about one peer connection.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -63,6 +63,20 @@ pub(crate) struct Peer {
     pub(crate) up: TransferMeter,
     /// Our requests in flight to the peer, by (piece, begin).
     pub(crate) outstanding: BTreeMap<(u32, u32), Outstanding>,
+    /// Requests we dropped without the peer's answer (cancelled, choked
+    /// away, timed out): their blocks may still arrive, and are no
+    /// violation. Bounded: the oldest are forgotten first.
+    late: BTreeSet<(u32, u32)>,
+    late_order: VecDeque<(u32, u32)>,
+    /// Blocks the peer sent that we never asked it for.
+    pub(crate) unrequested: u32,
+    /// Requests we could not serve (choked, a piece we lack) since we
+    /// last unchoked it.
+    pub(crate) unanswerable: u32,
+    /// Its cancels of blocks already being read for it.
+    pub(crate) cancelled_reads: u32,
+    /// Blocks sent to it.
+    pub(crate) blocks_sent: u32,
     /// The peer's requests waiting to be read from storage.
     pub(crate) requests: VecDeque<BlockRef>,
     /// Bytes of reads in flight plus bytes queued to the socket.
@@ -109,6 +123,12 @@ impl Peer {
             down: TransferMeter::new(now),
             up: TransferMeter::new(now),
             outstanding: BTreeMap::new(),
+            late: BTreeSet::new(),
+            late_order: VecDeque::new(),
+            unrequested: 0,
+            unanswerable: 0,
+            cancelled_reads: 0,
+            blocks_sent: 0,
             requests: VecDeque::new(),
             upload_queued: 0,
             last_block_at: now,
@@ -121,6 +141,28 @@ impl Peer {
             closing: false,
             out: Outbox::new(),
         }
+    }
+
+    /// Notes that our request for this block was dropped without an
+    /// answer: the block may still come (it crossed our cancel or choke).
+    pub(crate) fn forget_request(&mut self, piece: u32, begin: u32) {
+        if !self.late.insert((piece, begin)) {
+            return;
+        }
+        self.late_order.push_back((piece, begin));
+        if self.late_order.len() > LATE_MEMORY
+            && let Some(old) = self.late_order.pop_front()
+        {
+            self.late.remove(&old);
+        }
+    }
+
+    /// Whether a block that is not outstanding was asked of this peer
+    /// before (see [`Peer::forget_request`]); it is forgotten either way.
+    pub(crate) fn take_late(&mut self, piece: u32, begin: u32) -> bool {
+        // The order queue keeps the stale entry; it is dropped when it
+        // reaches the front (removing it from the set is what counts).
+        self.late.remove(&(piece, begin))
     }
 
     /// Queues a control message.
@@ -147,3 +189,6 @@ impl Peer {
         self.out.take()
     }
 }
+
+/// Dropped requests remembered per peer (more than a deep pipeline).
+const LATE_MEMORY: usize = 4096;

@@ -53,6 +53,8 @@ struct Node {
     closed: Vec<(ConnId, String)>,
     banned: Vec<std::net::IpAddr>,
     complete: bool,
+    /// Cancel messages this node received.
+    cancels_received: usize,
 }
 
 struct Swarm {
@@ -96,6 +98,7 @@ impl Swarm {
             closed: Vec::new(),
             banned: Vec::new(),
             complete: seed,
+            cancels_received: 0,
         });
         self.nodes.len() - 1
     }
@@ -188,6 +191,9 @@ impl Swarm {
                 match wire::decode(&mut buf, &limits) {
                     Ok(Some(m)) => {
                         moved = true;
+                        if matches!(m, Message::Cancel(_)) {
+                            self.nodes[i].cancels_received += 1;
+                        }
                         self.nodes[i].t.handle_message(c, m, now);
                     }
                     Ok(None) => break,
@@ -355,12 +361,14 @@ fn protocol_violations_disconnect_and_count() {
             vec![Message::Bitfield(Bytes::from_static(&[0x80, 0]))],
         ),
         (
-            "unrequested block",
-            vec![Message::Piece {
-                index: 0,
-                begin: 3,
-                data: Bytes::from_static(b"xyz"),
-            }],
+            "blocks we did not ask for",
+            (0..=UNREQUESTED_ALLOWANCE)
+                .map(|i| Message::Piece {
+                    index: 0,
+                    begin: 3 + i,
+                    data: Bytes::from_static(b"xyz"),
+                })
+                .collect(),
         ),
         (
             "outside the piece",
@@ -402,6 +410,21 @@ fn endgame_with_two_seeds_cancels_duplicates() {
     s.run();
     assert!(s.nodes[leech].complete);
     assert_eq!(s.nodes[leech].store, s.data);
+    // Endgame asked some blocks of both seeds (at most ENDGAME_DEPTH in
+    // flight per peer); each block the first one delivered was cancelled
+    // at the other, and a duplicate that crossed its cancel (here every
+    // one: delivery is instant) is dropped, not written twice.
+    let cancels = s.nodes[a].cancels_received + s.nodes[b].cancels_received;
+    let dups = s.nodes[leech].t.stats(s.now).duplicate_blocks as usize;
+    assert!(
+        (1..=2 * ENDGAME_DEPTH).contains(&cancels),
+        "{cancels} cancels"
+    );
+    assert!(dups <= cancels, "{dups} duplicates for {cancels} cancels");
+    assert_eq!(
+        s.nodes[leech].t.stats(s.now).downloaded,
+        s.data.len() as u64 + dups as u64 * u64::from(wire::BLOCK_LEN)
+    );
 }
 
 #[test]
@@ -494,3 +517,5 @@ fn a_dialling_leecher_says_interested_with_its_handshake_and_a_seed_unchokes_at_
         "{msgs:?}"
     );
 }
+
+mod hostile;

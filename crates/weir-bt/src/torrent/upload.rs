@@ -1,5 +1,18 @@
 //! The upload side of a torrent: choking, request queues, storage reads and
 //! sending blocks without copying them.
+//!
+//! Accounting: a peer's `upload_queued` is charged a read's whole length
+//! when the read is issued and keeps it until the read is done, whatever
+//! happens meanwhile (a choke, a cancel): only then is the part that will
+//! not be sent released, and the rest as the writer reports it written. So
+//! the watermark bounds the reads in flight for a peer, and a peer is
+//! never left charged for reads that were dropped.
+//!
+//! Answers owed are bounded too: a peer may have at most our advertised
+//! `reqq` requests queued, and may send at most that many requests we
+//! cannot serve (choked, a piece we lack) between two unchokes; cancels
+//! of blocks already being read are allowed up to a margin over what it
+//! was sent. Past any of these it is disconnected as a violation.
 
 use std::time::Instant;
 
@@ -15,8 +28,16 @@ pub(super) struct Read {
     pub(super) conn: ConnId,
     piece: u32,
     begin: u32,
+    /// Bytes read (charged to the peer until the read is done).
+    len: u32,
+    /// The blocks to send from it (fewer after a cancel, none after a
+    /// choke).
     blocks: Vec<BlockRef>,
 }
+
+/// Cancels of blocks already being read that a peer may send beyond the
+/// blocks it was sent.
+const CANCELLED_READS_MARGIN: u32 = 1024;
 
 impl Torrent {
     pub(super) fn on_interested(&mut self, conn: ConnId, now: Instant) {
@@ -53,6 +74,7 @@ impl Torrent {
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking {
             p.am_choking = false;
+            p.unanswerable = 0;
             p.unchoked_at = Some(now);
             p.send(&Message::Unchoke, now);
             self.mark_dirty(conn);
@@ -73,7 +95,8 @@ impl Torrent {
                 p.send(&Message::Reject(*r), now);
             }
         }
-        // Reads already in flight are dropped when they complete.
+        // Reads already in flight send nothing; they stay charged until
+        // they complete (`on_read_done` releases them).
         for r in self.reads.values_mut().filter(|r| r.conn == conn) {
             if p.fast {
                 for b in &r.blocks {
@@ -96,9 +119,25 @@ impl Torrent {
             );
         }
         let have = self.content.had().get(r.index);
-        let limit = self.cfg.max_peer_requests as usize;
+        let limit = self.cfg.max_peer_requests;
         let p = self.peers.get_mut(&conn).expect("caller checked");
-        if p.am_choking || !have || p.requests.len() >= limit {
+        if p.requests.len() >= limit as usize {
+            return self.fail(
+                conn,
+                format!("more than {limit} requests queued (our reqq)"),
+            );
+        }
+        if p.am_choking || !have {
+            // An answer we owe only with the fast extension (a reject);
+            // either way a peer may send only so many we cannot serve.
+            p.unanswerable += 1;
+            if p.unanswerable > limit {
+                let n = p.unanswerable;
+                return self.fail(
+                    conn,
+                    format!("{n} requests we cannot serve (choked or not had)"),
+                );
+            }
             if p.fast {
                 p.send(&Message::Reject(r), now);
                 self.mark_dirty(conn);
@@ -119,8 +158,13 @@ impl Torrent {
         }
         for read in self.reads.values_mut().filter(|x| x.conn == conn) {
             if let Some(i) = read.blocks.iter().position(|q| *q == r) {
+                // The read goes on and stays charged until it is done.
                 read.blocks.remove(i);
-                p.upload_queued = p.upload_queued.saturating_sub(u64::from(r.length));
+                p.cancelled_reads += 1;
+                if p.cancelled_reads > p.blocks_sent.saturating_add(CANCELLED_READS_MARGIN) {
+                    let n = p.cancelled_reads;
+                    self.fail(conn, format!("cancelled {n} blocks already being read"));
+                }
                 return;
             }
         }
@@ -159,6 +203,7 @@ impl Torrent {
                     conn,
                     piece: first.index,
                     begin: first.begin,
+                    len,
                     blocks,
                 },
             );
@@ -183,17 +228,26 @@ impl Torrent {
             Ok(d) => d,
             Err(e) => return self.close(conn, format!("cannot read piece {}: {e}", read.piece)),
         };
+        let mut unsent = u64::from(read.len);
         for b in &read.blocks {
             let at = (b.begin - read.begin) as usize;
             let Some(slice) = data.get(at..at + b.length as usize) else {
                 continue;
             };
+            unsent = unsent.saturating_sub(u64::from(b.length));
             // The one place every uploaded payload byte passes through.
             p.up.record(now, u64::from(b.length));
             self.stats.uploaded += u64::from(b.length);
+            p.blocks_sent = p.blocks_sent.saturating_add(1);
             p.send_block(b.index, b.begin, data.slice_ref(slice), now);
         }
+        // What this read will not send (choked, cancelled) is released
+        // now; the rest as it is written.
+        p.upload_queued = p.upload_queued.saturating_sub(unsent);
         self.mark_dirty(conn);
+        if unsent > 0 {
+            self.serve(conn, now);
+        }
     }
 
     /// Tit-for-tat: unchoke the peers that give us the most (or, when we

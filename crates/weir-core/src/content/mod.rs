@@ -303,6 +303,16 @@ impl Content {
         self.assembly.values().map(Assembly::held).sum()
     }
 
+    /// Whether blocks of `piece` are held, waiting for the rest of it.
+    pub fn is_assembling(&self, piece: u32) -> bool {
+        self.assembly.contains_key(&piece)
+    }
+
+    /// How many pieces have blocks held waiting for the rest.
+    pub fn assembling(&self) -> usize {
+        self.assembly.len()
+    }
+
     /// Whether new blocks may be picked now (the unverified bound).
     pub fn can_pick(&self) -> bool {
         self.unverified < self.cfg.max_unverified && !self.is_checking()

@@ -15,6 +15,11 @@
 //! - `CALLBACKREQUEST` forwards `CALLBACKREQUESTED` to the target client or
 //!   answers `CALLBACK_FAIL`;
 //! - a client disconnecting takes its files with it.
+//!
+//! Everything a client controls is bounded ([`ServerConfig`]): files per
+//! client and name length, connections per IP address, clients and files
+//! in all, and the bytes the index holds; offers past a bound are not
+//! indexed, connections past one are refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -47,6 +52,17 @@ pub struct ServerConfig {
     pub flags: u32,
     /// At most this many files are indexed per client.
     pub max_files_per_client: usize,
+    /// File names are cut to this many bytes (at a character boundary).
+    pub max_name_len: usize,
+    /// Most connections from one IP address.
+    pub max_clients_per_ip: usize,
+    /// Most connections in all.
+    pub max_clients: usize,
+    /// Most distinct files indexed in all.
+    pub max_files: usize,
+    /// Most bytes the index may hold (names and per-source entries,
+    /// estimated).
+    pub max_index_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -58,7 +74,12 @@ impl Default for ServerConfig {
             ip: Ipv4Addr::UNSPECIFIED,
             port: 0,
             flags: flags::NEWTAGS | flags::UNICODE | flags::LARGEFILES,
-            max_files_per_client: 10_000,
+            max_files_per_client: 1_000,
+            max_name_len: 255,
+            max_clients_per_ip: 10,
+            max_clients: 5_000,
+            max_files: 200_000,
+            max_index_bytes: 64 << 20,
         }
     }
 }
@@ -87,6 +108,8 @@ pub enum ServerEvent {
         files: usize,
         /// Files it offers in total now.
         total: usize,
+        /// Files of this list not indexed (a limit was reached).
+        refused: usize,
     },
     /// A client asked for sources.
     SourcesAsked {
@@ -125,7 +148,22 @@ pub enum ServerError {
     /// Unknown connection.
     #[error("unknown connection {0}")]
     UnknownConn(ConnId),
+    /// Too many connections from this address.
+    #[error("too many connections from {ip} (limit {limit})")]
+    TooManyFromIp {
+        /// The address.
+        ip: Ipv4Addr,
+        /// The limit.
+        limit: usize,
+    },
+    /// Too many connections in all.
+    #[error("server full ({0} clients)")]
+    Full(usize),
 }
+
+/// Bytes an index entry costs besides its name (hash, tree nodes, the
+/// source sets on both sides), as the memory bound counts it.
+const ENTRY_COST: u64 = 128;
 
 #[derive(Debug)]
 struct Client {
@@ -148,6 +186,9 @@ pub struct IndexServer {
     clients: HashMap<ConnId, Client>,
     by_id: HashMap<u32, BTreeSet<ConnId>>,
     files: HashMap<Md4Hash, FileEntry>,
+    per_ip: HashMap<Ipv4Addr, usize>,
+    /// Estimated bytes held (names plus [`ENTRY_COST`] per source entry).
+    bytes: u64,
     events: Vec<ServerEvent>,
 }
 
@@ -159,8 +200,21 @@ impl IndexServer {
             clients: HashMap::new(),
             by_id: HashMap::new(),
             files: HashMap::new(),
+            per_ip: HashMap::new(),
+            bytes: 0,
             events: Vec::new(),
         }
+    }
+
+    /// Estimated bytes the index holds (what [`ServerConfig::max_index_bytes`]
+    /// bounds).
+    pub fn index_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Connections open.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
     }
 
     /// Users logged in and files indexed.
@@ -181,8 +235,20 @@ impl IndexServer {
         std::mem::take(&mut self.events)
     }
 
-    /// A new connection from `ip`.
-    pub fn connected(&mut self, conn: ConnId, ip: Ipv4Addr) {
+    /// A new connection from `ip`; an error when a limit refuses it (the
+    /// runtime then closes it; nothing is kept).
+    pub fn connected(&mut self, conn: ConnId, ip: Ipv4Addr) -> Result<(), ServerError> {
+        if self.clients.len() >= self.config.max_clients {
+            return Err(ServerError::Full(self.clients.len()));
+        }
+        let n = self.per_ip.entry(ip).or_insert(0);
+        if *n >= self.config.max_clients_per_ip {
+            return Err(ServerError::TooManyFromIp {
+                ip,
+                limit: self.config.max_clients_per_ip,
+            });
+        }
+        *n += 1;
         self.clients.insert(
             conn,
             Client {
@@ -191,6 +257,7 @@ impl IndexServer {
                 files: BTreeSet::new(),
             },
         );
+        Ok(())
     }
 
     /// A connection closed: its files go with it.
@@ -198,6 +265,12 @@ impl IndexServer {
         let Some(c) = self.clients.remove(&conn) else {
             return;
         };
+        if let Some(n) = self.per_ip.get_mut(&c.ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&c.ip);
+            }
+        }
         if let Some((id, _)) = c.login {
             if let Some(set) = self.by_id.get_mut(&id) {
                 set.remove(&conn);
@@ -209,7 +282,10 @@ impl IndexServer {
         for f in c.files {
             if let Some(e) = self.files.get_mut(&f) {
                 e.sources.remove(&conn);
+                self.bytes = self.bytes.saturating_sub(ENTRY_COST);
                 if e.sources.is_empty() {
+                    let name = e.name.as_ref().map_or(0, |n| n.len() as u64);
+                    self.bytes = self.bytes.saturating_sub(name);
                     self.files.remove(&f);
                 }
             }
@@ -249,20 +325,10 @@ impl IndexServer {
             }
             ClientToServer::OfferFiles { files, .. } => {
                 let n = files.len();
-                let limit = self.config.max_files_per_client;
+                let mut refused = 0;
                 for f in files {
-                    let c = self.clients.get_mut(&conn).expect("checked above");
-                    if c.files.len() >= limit && !c.files.contains(&f.hash) {
-                        break;
-                    }
-                    c.files.insert(f.hash);
-                    let e = self.files.entry(f.hash).or_default();
-                    e.sources.insert(conn);
-                    if let Some(name) = f.name() {
-                        e.name = Some(name);
-                    }
-                    if let Some(size) = f.size() {
-                        e.size = Some(size);
+                    if !self.index_offer(conn, &f) {
+                        refused += 1;
                     }
                 }
                 let total = self.clients[&conn].files.len();
@@ -270,6 +336,7 @@ impl IndexServer {
                     conn,
                     files: n,
                     total,
+                    refused,
                 });
                 Ok(vec![])
             }
@@ -327,6 +394,37 @@ impl IndexServer {
         }
     }
 
+    /// Indexes one offered file under the limits; false if one refused it.
+    fn index_offer(&mut self, conn: ConnId, f: &super::OfferedFile) -> bool {
+        let cfg = &self.config;
+        let c = self.clients.get_mut(&conn).expect("caller checked");
+        let known_here = c.files.contains(&f.hash);
+        let entry = self.files.get(&f.hash);
+        if !known_here {
+            if c.files.len() >= cfg.max_files_per_client
+                || entry.is_none() && self.files.len() >= cfg.max_files
+                || self.bytes + ENTRY_COST + cfg.max_name_len as u64 > cfg.max_index_bytes
+            {
+                return false;
+            }
+            c.files.insert(f.hash);
+            self.bytes += ENTRY_COST;
+        }
+        let name = f.name().map(|n| cut(n, cfg.max_name_len));
+        let size = f.size();
+        let e = self.files.entry(f.hash).or_default();
+        e.sources.insert(conn);
+        if let Some(name) = name {
+            let old = e.name.as_ref().map_or(0, |n| n.len() as u64);
+            self.bytes = self.bytes.saturating_sub(old) + name.len() as u64;
+            e.name = Some(name);
+        }
+        if let Some(size) = size {
+            e.size = Some(size);
+        }
+        true
+    }
+
     fn login(
         &mut self,
         conn: ConnId,
@@ -380,4 +478,16 @@ impl IndexServer {
             ),
         ]
     }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut at = max;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+    }
+    s
 }

@@ -283,8 +283,8 @@ mod session_tests {
         let mut a = ServerSession::new(Md4Hash([1; 16]), 4662, "a");
         let mut b = ServerSession::new(Md4Hash([2; 16]), 4663, "b");
         // The index server learns addresses from the runtime.
-        srv.connected(1, a_ip);
-        srv.connected(2, b_ip);
+        srv.connected(1, a_ip).unwrap();
+        srv.connected(2, b_ip).unwrap();
         let mut step = |conn: u64, s: &mut ServerSession| -> Vec<SessionEvent> {
             let mut evs = Vec::new();
             if let Some(bytes) = s.take_output() {

@@ -130,8 +130,8 @@ fn index_server_scenario() {
     let mut s = IndexServer::new(ServerConfig::default());
     let a: Ipv4Addr = "10.99.0.2".parse().unwrap();
     let b: Ipv4Addr = "10.99.0.3".parse().unwrap();
-    s.connected(1, a);
-    s.connected(2, b);
+    s.connected(1, a).unwrap();
+    s.connected(2, b).unwrap();
     // Anything before a login closes the connection.
     assert_eq!(
         s.handle(2, ClientToServer::GetServerList),
@@ -314,14 +314,14 @@ proptest! {
     #[test]
     fn index_server_never_panics(ops in proptest::collection::vec((0u64..4, 0u8..6, any::<u8>()), 0..60)) {
         let mut s = IndexServer::new(ServerConfig::default());
-        for c in 0..4 { s.connected(c, Ipv4Addr::new(10, 0, 0, c as u8 + 1)); }
+        for c in 0..4 { s.connected(c, Ipv4Addr::new(10, 0, 0, c as u8 + 1)).unwrap(); }
         for (conn, kind, x) in ops {
             let msg = match kind {
                 0 => ClientToServer::Login { user_hash: Md4Hash([x; 16]), client_id: 0, port: x as u16, tags: vec![] },
                 1 => ClientToServer::OfferFiles { files: vec![offered(x % 4, "f", x as u64 + 1)], new_tags: true },
                 2 => ClientToServer::GetSources { file: Md4Hash([x % 4; 16]), size: None, obfu: x & 1 == 1 },
                 3 => ClientToServer::CallbackRequest { id: ip_to_id(Ipv4Addr::new(10, 0, 0, x % 5)) },
-                4 => { s.disconnected(conn); s.connected(conn, Ipv4Addr::new(10, 0, 0, conn as u8 + 1)); continue; }
+                4 => { s.disconnected(conn); s.connected(conn, Ipv4Addr::new(10, 0, 0, conn as u8 + 1)).unwrap(); continue; }
                 _ => ClientToServer::GetServerList,
             };
             if let Ok(out) = s.handle(conn, msg) {
@@ -329,4 +329,120 @@ proptest! {
             }
         }
     }
+}
+
+fn offer(first: u32, n: u32, name_len: usize) -> ClientToServer {
+    let files = (first..first + n)
+        .map(|i| {
+            let mut h = [0u8; 16];
+            h[..4].copy_from_slice(&i.to_le_bytes());
+            OfferedFile {
+                hash: Md4Hash(h),
+                client_id: 0,
+                port: 0,
+                tags: vec![
+                    Tag::string(ft::FILENAME, Bytes::from("é".repeat(name_len / 2))),
+                    Tag::u32(ft::FILESIZE, 1000),
+                ],
+            }
+        })
+        .collect();
+    ClientToServer::OfferFiles {
+        files,
+        new_tags: false,
+    }
+}
+
+fn logged_in(s: &mut IndexServer, conn: ConnId, ip: Ipv4Addr) {
+    s.connected(conn, ip).unwrap();
+    s.handle(
+        conn,
+        ClientToServer::Login {
+            user_hash: Md4Hash([conn as u8; 16]),
+            client_id: 0,
+            port: 4662,
+            tags: vec![],
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn offers_are_bounded_per_client_by_name_length_and_in_all() {
+    let cfg = ServerConfig {
+        max_files_per_client: 1000,
+        max_files: 1500,
+        ..ServerConfig::default()
+    };
+    let mut s = IndexServer::new(cfg);
+    // 10,000 files with 64 KiB names from one client: 1,000 kept, names
+    // cut to 255 bytes.
+    logged_in(&mut s, 1, Ipv4Addr::new(10, 0, 0, 1));
+    s.handle(1, offer(0, 10_000, 64 << 10)).unwrap();
+    let ev = s.take_events();
+    assert!(ev.contains(&ServerEvent::Offered {
+        conn: 1,
+        files: 10_000,
+        total: 1000,
+        refused: 9000
+    }));
+    let (_, files) = s.stats();
+    assert_eq!(files, 1000);
+    let (name, _, _) = s.file_info(&Md4Hash([0; 16])).unwrap();
+    let name = name.unwrap();
+    assert!(name.len() <= 255 && name.len() >= 250, "{}", name.len());
+    assert!(name.chars().all(|c| c == 'é'), "cut inside a character");
+    // A second client fills the global cap.
+    logged_in(&mut s, 2, Ipv4Addr::new(10, 0, 0, 2));
+    s.handle(2, offer(100_000, 1000, 10)).unwrap();
+    assert_eq!(s.stats().1, 1500);
+    // About 1,500 entries with short names and 255-byte ones: well under
+    // a megabyte (196 MiB before the bounds).
+    assert!(s.index_bytes() < 1 << 20, "{}", s.index_bytes());
+    // Leaving takes its files and their bytes with it.
+    s.disconnected(1);
+    s.disconnected(2);
+    assert_eq!(s.stats().1, 0);
+    assert_eq!(s.index_bytes(), 0);
+}
+
+#[test]
+fn the_index_bytes_are_bounded() {
+    let cfg = ServerConfig {
+        max_index_bytes: 100_000,
+        ..ServerConfig::default()
+    };
+    let mut s = IndexServer::new(cfg);
+    logged_in(&mut s, 1, Ipv4Addr::new(10, 0, 0, 1));
+    s.handle(1, offer(0, 1000, 255)).unwrap();
+    assert!(s.index_bytes() <= 100_000, "{}", s.index_bytes());
+    assert!(s.stats().1 > 100, "{}", s.stats().1);
+}
+
+#[test]
+fn connections_are_bounded_per_ip_and_in_all() {
+    let cfg = ServerConfig {
+        max_clients_per_ip: 3,
+        max_clients: 5,
+        ..ServerConfig::default()
+    };
+    let mut s = IndexServer::new(cfg);
+    let ip = Ipv4Addr::new(10, 0, 0, 1);
+    for c in 0..3 {
+        s.connected(c, ip).unwrap();
+    }
+    assert_eq!(
+        s.connected(3, ip),
+        Err(index::ServerError::TooManyFromIp { ip, limit: 3 })
+    );
+    // A refused connection is not kept.
+    assert_eq!(s.clients(), 3);
+    s.disconnected(0);
+    s.connected(3, ip).unwrap();
+    s.connected(10, Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    s.connected(11, Ipv4Addr::new(10, 0, 0, 3)).unwrap();
+    assert_eq!(
+        s.connected(12, Ipv4Addr::new(10, 0, 0, 4)),
+        Err(index::ServerError::Full(5))
+    );
 }

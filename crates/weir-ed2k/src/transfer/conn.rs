@@ -231,6 +231,9 @@ pub(super) struct Conn {
     /// Files asked of this peer already (each is asked once per connection).
     pub(super) asked: Vec<FileId>,
     pub(super) last_recv_at: Instant,
+    /// When the connection was taken up (the hello is due within the
+    /// hello timeout).
+    pub(super) opened_at: Instant,
     pub(super) closing: bool,
     out: Outbox,
     heads: BytesMut,
@@ -248,6 +251,7 @@ impl Conn {
             up: Up::new(now),
             asked: Vec::new(),
             last_recv_at: now,
+            opened_at: now,
             closing: false,
             out: Outbox::with_run(BLOCK_RUN),
             heads: BytesMut::new(),

@@ -70,6 +70,9 @@ const TICK: Duration = Duration::from_millis(250);
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(100);
 /// A connection with nothing going on is closed after this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Most ranges one peer may have queued with us (asked, not yet read for
+/// it): more than any honest pending list; past it the peer is dropped.
+pub const MAX_QUEUED_RANGES: usize = conn::SERVED_MEMORY;
 /// A queued or waiting connection says nothing for a long time: keep it up
 /// to this long (aMule re-asks every 29 minutes).
 const QUEUED_TIMEOUT: Duration = Duration::from_secs(40 * 60);
@@ -111,6 +114,8 @@ pub struct ClientConfig {
     pub order: Order,
     /// Seed for the picker's tie-breaks.
     pub seed: u64,
+    /// A connection whose peer sent no hello within this is closed.
+    pub hello_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -130,6 +135,7 @@ impl ClientConfig {
             max_part_packet: crate::EMBLOCKSIZE as u32,
             order: Order::RarestFirst,
             seed: 0x5eed,
+            hello_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -715,6 +721,8 @@ impl Client {
                 self.on_hello(conn, h, now);
             }
             M::HelloAnswer(h) => self.on_hello(conn, h, now),
+            // Nothing but a hello is answered before the hello.
+            _ if c.peer.is_none() => self.fail(conn, "message before the hello".into()),
             M::PublicIpReq => {
                 let c = self.conns.get_mut(&conn).expect("present");
                 if let Some(ip) = c.ip4() {
@@ -722,7 +730,6 @@ impl Client {
                     self.mark_dirty(conn);
                 }
             }
-            _ if c.peer.is_none() => self.fail(conn, "message before the hello".into()),
             // Uploader side.
             M::RequestFileName { file, .. } => self.on_file_name_request(conn, file),
             M::SetReqFileId { file } => self.on_status_request(conn, file),
@@ -880,6 +887,12 @@ impl Client {
             };
             if silent > limit {
                 self.close(id, "idle".into());
+                continue;
+            }
+            if c.peer.is_none()
+                && now.saturating_duration_since(c.opened_at) > self.cfg.hello_timeout
+            {
+                self.close(id, "no hello".into());
                 continue;
             }
             if let Some(d) = c.down.as_mut() {

@@ -948,3 +948,5 @@ fn wedged_downloader_is_nudged_then_reconnected() {
                 || matches!(e, Event::Close { conn: 3, .. }))
     );
 }
+
+mod hostile;

@@ -18,7 +18,11 @@ pub(super) struct Read {
     pub(super) conn: ConnId,
     file: FileId,
     start: u64,
-    ranges: Vec<(u64, u64)>,
+    /// Bytes read, counted in the peer's `in_flight` until the read is
+    /// done (what is not sent then is released).
+    len: u64,
+    /// The ranges to send (emptied when the upload ends meanwhile).
+    pub(super) ranges: Vec<(u64, u64)>,
 }
 
 /// Bytes of a block deflated to decide whether packing pays.
@@ -232,7 +236,13 @@ impl Client {
         let was_active = c.up.slot == Slot::Active;
         c.up.end_session();
         c.up.file = None;
-        self.reads.retain(|_, r| r.conn != conn);
+        // Reads in flight are still being made: they keep counting in
+        // `in_flight` until they are done (so ending and restarting an
+        // upload cannot pile up reads past the watermark), and nothing of
+        // them is sent.
+        for r in self.reads.values_mut().filter(|r| r.conn == conn) {
+            r.ranges.clear();
+        }
         if was_active {
             self.grant_next_slot(now);
         }
@@ -263,6 +273,15 @@ impl Client {
             }
         }
         let c = self.conns.get_mut(&conn).expect("caller checked");
+        if c.up.requests.len() + 3 > super::MAX_QUEUED_RANGES {
+            return self.fail(
+                conn,
+                format!(
+                    "more than {} ranges requested and not yet served",
+                    super::MAX_QUEUED_RANGES
+                ),
+            );
+        }
         c.up.last_request_at = now;
         c.up.last_ranges = ranges.iter().copied().filter(|r| r.0 < r.1).collect();
         for r in ranges {
@@ -307,6 +326,7 @@ impl Client {
                     conn,
                     file,
                     start: first.0,
+                    len: end - first.0,
                     ranges,
                 },
             );
@@ -330,6 +350,9 @@ impl Client {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        // What the read does not send is released at the end; what it
+        // sends is released as it is written (`on_sent`).
+        let mut unsent = read.len;
         let packs = may_pack && c.peer.as_ref().is_some_and(|p| p.info.misc1.data_comp >= 1);
         for (s, e) in read.ranges {
             let at = (s - read.start) as usize;
@@ -337,6 +360,7 @@ impl Client {
                 continue;
             };
             let block = data.slice_ref(block);
+            unsent = unsent.saturating_sub(e - s);
             // The one place every uploaded payload byte passes through.
             c.up.meter.record(now, e - s);
             self.stats.uploaded += e - s;
@@ -366,7 +390,11 @@ impl Client {
                 at += n;
             }
         }
+        c.up.in_flight = c.up.in_flight.saturating_sub(unsent);
         self.mark_dirty(conn);
+        if unsent > 0 {
+            self.serve(conn, now);
+        }
     }
 }
 

@@ -25,7 +25,8 @@ impl Decode for WireDecoder {
     }
 }
 
-/// A handshake must complete within this.
+/// A handshake (with the connect, when we dial) must complete within this
+/// by default ([`super::BtConfig::handshake_timeout`]).
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Exchanges handshakes. `ours_first`: we dialled, so we speak first.
@@ -74,9 +75,10 @@ pub(crate) async fn dial(
     addr: SocketAddr,
     ours: Handshake,
     preamble: bytes::Bytes,
+    timeout: Duration,
     tx: mpsc::Sender<Msg>,
 ) {
-    let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+    let result = tokio::time::timeout(timeout, async {
         let mut s = crate::net::connect_tcp_from(&policy, local, addr).await?;
         s.set_nodelay(true)?;
         let (theirs, leftover) = handshake(&mut s, &ours, true, &preamble).await?;
@@ -90,6 +92,7 @@ pub(crate) async fn dial(
             theirs,
             leftover,
             preamble_sent: !preamble.is_empty(),
+            incoming: None,
         },
         Ok(Err(e)) => Msg::DialFailed {
             addr,
@@ -103,25 +106,38 @@ pub(crate) async fn dial(
     let _ = tx.send(msg).await;
 }
 
-/// Shakes hands on an accepted connection.
+/// Shakes hands on an accepted connection (`id`: its place among the
+/// handshakes in progress); the result goes to the driver either way. A
+/// peer that says nothing is dropped after `timeout`.
 pub(crate) async fn accept(
     mut stream: TcpStream,
     addr: SocketAddr,
+    id: u64,
     ours: Handshake,
+    timeout: Duration,
     tx: mpsc::Sender<Msg>,
 ) {
     let _ = stream.set_nodelay(true);
-    let r =
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &ours, false, &[])).await;
-    if let Ok(Ok((theirs, leftover))) = r {
-        let _ = tx
-            .send(Msg::Handshaked {
-                stream,
-                addr,
-                theirs,
-                leftover,
-                preamble_sent: false,
-            })
-            .await;
-    }
+    let r = tokio::time::timeout(timeout, handshake(&mut stream, &ours, false, &[])).await;
+    let msg = match r {
+        Ok(Ok((theirs, leftover))) => Msg::Handshaked {
+            stream,
+            addr,
+            theirs,
+            leftover,
+            preamble_sent: false,
+            incoming: Some(id),
+        },
+        Ok(Err(e)) => Msg::HandshakeFailed {
+            id,
+            addr,
+            error: e.to_string(),
+        },
+        Err(_) => Msg::HandshakeFailed {
+            id,
+            addr,
+            error: "handshake timed out".into(),
+        },
+    };
+    let _ = tx.send(msg).await;
 }

@@ -15,8 +15,8 @@
 mod conn;
 mod tracker_glue;
 
-use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +29,13 @@ use weir_bt::metainfo::Metainfo;
 use weir_bt::torrent::{ConnId, Event, Stats, Torrent, TorrentConfig};
 use weir_bt::wire::{Handshake, Limits, Message};
 use weir_core::bitfield::Bitfield;
+use weir_core::peers::{Admit, BookConfig, ConnCounts, ConnLimits, PeerBook, Source};
 use weir_core::picker::Order;
 use weir_core::policy::NetPolicy;
 use weir_core::storage::{FileLayout, StorageEvent};
 
 use crate::bandwidth::Limiter;
-use crate::peerconn::{self, ConnEvent, Outgoing};
+use crate::peerconn::{self, ConnEvent, Outgoing, WriteQueue};
 use crate::storage::{DiskStorage, StorageConfig, load_resume};
 
 /// How to run one torrent.
@@ -61,6 +62,20 @@ pub struct BtConfig {
     pub order: Order,
     /// Most connections at once.
     pub max_peers: usize,
+    /// Most dials in progress (connect and handshake) at once.
+    pub max_half_open: usize,
+    /// Most accepted connections in their handshake at once (past it, a
+    /// new one replaces the oldest).
+    pub max_handshakes: usize,
+    /// A connection's handshake (and connect, when dialled) must finish
+    /// within this.
+    pub handshake_timeout: Duration,
+    /// Known-peer list caps and dial backoff.
+    pub book: BookConfig,
+    /// Most bytes queued for one peer and not yet written; a peer that
+    /// does not read past it is dropped (`None`: the upload watermark plus
+    /// one read plus 1 MiB).
+    pub write_queue_limit: Option<u64>,
     /// Hash every piece already on disk at start, ignoring resume data.
     pub recheck: bool,
     /// Our peer id.
@@ -72,6 +87,15 @@ pub struct BtConfig {
 }
 
 impl BtConfig {
+    /// The connection limits these settings give.
+    pub fn limits(&self) -> ConnLimits {
+        ConnLimits {
+            max_peers: self.max_peers,
+            max_half_open: self.max_half_open,
+            max_handshakes: self.max_handshakes,
+        }
+    }
+
     /// Defaults for a download into `out_dir` under `policy`.
     pub fn new(policy: NetPolicy, out_dir: PathBuf) -> Self {
         Self {
@@ -85,6 +109,11 @@ impl BtConfig {
             up: Limiter::unlimited(),
             order: Order::RarestFirst,
             max_peers: 50,
+            max_half_open: ConnLimits::default().max_half_open,
+            max_handshakes: ConnLimits::default().max_handshakes,
+            handshake_timeout: conn::HANDSHAKE_TIMEOUT,
+            book: BookConfig::default(),
+            write_queue_limit: None,
             recheck: false,
             peer_id: new_peer_id(),
             storage_workers: 2,
@@ -138,6 +167,8 @@ pub struct Progress {
     pub stats: Stats,
     /// Bytes in the torrent.
     pub total: u64,
+    /// Peer addresses known (the bounded peer book).
+    pub peers_known: usize,
 }
 
 /// What a finished run reports.
@@ -213,12 +244,23 @@ impl Stopper {
 /// Inputs of the driver.
 #[derive(Debug)]
 pub(crate) enum Msg {
+    Accepted {
+        stream: TcpStream,
+        addr: SocketAddr,
+    },
     Handshaked {
         stream: TcpStream,
         addr: SocketAddr,
         theirs: Handshake,
         leftover: BytesMut,
         preamble_sent: bool,
+        /// The accepted connection's handshake id (`None`: we dialled).
+        incoming: Option<u64>,
+    },
+    HandshakeFailed {
+        id: u64,
+        addr: SocketAddr,
+        error: String,
     },
     DialFailed {
         addr: SocketAddr,
@@ -326,6 +368,9 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     if let Some(m) = cfg.max_requests {
         tcfg.max_requests = m;
     }
+    // Most block data the torrent queues for one peer: its upload
+    // watermark plus the one read that may cross it.
+    let upload_bound = tcfg.upload_watermark + u64::from(tcfg.max_read);
     let torrent = Torrent::new(&meta, tcfg, &had, &check);
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {
@@ -336,10 +381,13 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         },
         stats: torrent.stats(Instant::now()),
         total,
+        peers_known: 0,
     });
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
     let (tx, rx) = mpsc::channel::<Msg>(32);
+    let write_limit = cfg.write_queue_limit.unwrap_or(upload_bound + (1 << 20));
+    let book = PeerBook::new(cfg.book.clone(), cfg.policy.clone(), fastrand_seed());
     let driver = Driver {
         meta,
         torrent,
@@ -348,8 +396,10 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         tx: tx.clone(),
         conns: HashMap::new(),
         next_conn: 1,
-        known: HashMap::new(),
-        banned: HashSet::new(),
+        book,
+        handshakes: BTreeMap::new(),
+        next_handshake: 0,
+        write_limit,
         progress: progress_tx,
         started: Instant::now(),
         completed_at: None,
@@ -374,16 +424,16 @@ fn hex16(h: &[u8; 20]) -> String {
 struct ConnState {
     addr: SocketAddr,
     peer_id: [u8; 20],
-    writer: mpsc::UnboundedSender<Outgoing>,
+    writer: WriteQueue,
     reader: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
+    /// We dialled it (it is in the peer book).
+    dialled: bool,
 }
 
-#[derive(Debug)]
-struct Known {
-    connected: bool,
-    dialing: bool,
-    failures: u32,
-    next_try: Instant,
+/// An accepted connection in its handshake.
+struct Handshaking {
+    task: tokio::task::AbortHandle,
 }
 
 struct Driver {
@@ -394,8 +444,11 @@ struct Driver {
     tx: mpsc::Sender<Msg>,
     conns: HashMap<ConnId, ConnState>,
     next_conn: ConnId,
-    known: HashMap<SocketAddr, Known>,
-    banned: HashSet<IpAddr>,
+    book: PeerBook,
+    /// Accepted connections in their handshake, oldest first.
+    handshakes: BTreeMap<u64, Handshaking>,
+    next_handshake: u64,
+    write_limit: u64,
     progress: watch::Sender<Progress>,
     started: Instant,
     completed_at: Option<Instant>,
@@ -413,7 +466,7 @@ impl Driver {
         listener: Option<TcpListener>,
     ) -> Result<Summary, BtError> {
         for p in self.cfg.peers.clone() {
-            self.add_known(p);
+            self.add_known(p, Source::Manual);
         }
         let mut report = tokio::time::interval(Duration::from_millis(250));
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -485,11 +538,12 @@ impl Driver {
         if let Some(l) = self.listener.take() {
             let tx = self.tx.clone();
             let policy = self.cfg.policy.clone();
-            let ours = self.torrent.handshake();
             self.accept_task = Some(tokio::spawn(async move {
-                while let Ok((stream, addr)) = crate::net::accept_tcp(&policy, &l).await {
-                    tokio::spawn(conn::accept(stream, addr, ours, tx.clone()));
-                }
+                crate::net::accept_loop(&policy, &l, |stream, addr| {
+                    let tx = tx.clone();
+                    async move { tx.send(Msg::Accepted { stream, addr }).await.is_ok() }
+                })
+                .await;
             }));
         }
         if self.torrent.is_complete() && self.completed_at.is_none() {
@@ -511,21 +565,29 @@ impl Driver {
     fn handle(&mut self, m: Msg) {
         let now = Instant::now();
         match m {
+            Msg::Accepted { stream, addr } => self.on_accepted(stream, addr),
             Msg::Handshaked {
                 stream,
                 addr,
                 theirs,
                 leftover,
                 preamble_sent,
-            } => self.on_handshake(stream, addr, theirs, leftover, preamble_sent, now),
+                incoming,
+            } => {
+                if let Some(id) = incoming
+                    && self.handshakes.remove(&id).is_none()
+                {
+                    return; // replaced by a newer one meanwhile
+                }
+                self.on_handshake(stream, addr, theirs, leftover, preamble_sent, incoming, now)
+            }
+            Msg::HandshakeFailed { id, addr, error } => {
+                tracing::debug!("incoming {addr}: {error}");
+                self.handshakes.remove(&id);
+            }
             Msg::DialFailed { addr, error } => {
                 tracing::debug!("dial {addr}: {error}");
-                if let Some(k) = self.known.get_mut(&addr) {
-                    k.dialing = false;
-                    k.failures += 1;
-                    let backoff = Duration::from_secs(2u64.pow(k.failures.min(6)));
-                    k.next_try = now + backoff;
-                }
+                self.book.dial_failed(addr, now);
             }
             Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
                 for m in msgs {
@@ -545,15 +607,64 @@ impl Driver {
             }
             Msg::Conn(ConnEvent::Sent { conn, bytes }) => self.torrent.on_sent(conn, bytes, now),
             Msg::TrackerPeers(peers) => {
-                for p in peers {
-                    self.add_known(p);
-                }
+                let me = self.me();
+                let n = self.book.add_answer(
+                    peers.into_iter().filter(|a| !is_me(me, *a)),
+                    Source::Tracker,
+                    now,
+                );
+                tracing::debug!("tracker: {n} new peers");
                 self.dial_more();
             }
             Msg::Stop => {}
         }
     }
 
+    fn counts(&self) -> ConnCounts {
+        ConnCounts {
+            peers: self.conns.len(),
+            dialing: self.book.counts().dialing,
+            handshaking: self.handshakes.len(),
+        }
+    }
+
+    /// An accepted connection: its handshake starts if the limits allow
+    /// (the oldest handshake in progress gives way when too many are).
+    fn on_accepted(&mut self, stream: TcpStream, addr: SocketAddr) {
+        if self.book.is_banned(addr.ip()) {
+            return;
+        }
+        match self.cfg.limits().admit_incoming(&self.counts()) {
+            Admit::Refuse => {
+                tracing::debug!("incoming {addr} refused: peer slots full");
+                return;
+            }
+            Admit::ReplaceOldest => {
+                if let Some((_, old)) = self.handshakes.pop_first() {
+                    old.task.abort();
+                }
+            }
+            Admit::Accept => {}
+        }
+        let id = self.next_handshake;
+        self.next_handshake += 1;
+        let task = tokio::spawn(conn::accept(
+            stream,
+            addr,
+            id,
+            self.torrent.handshake(),
+            self.cfg.handshake_timeout,
+            self.tx.clone(),
+        ));
+        self.handshakes.insert(
+            id,
+            Handshaking {
+                task: task.abort_handle(),
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn on_handshake(
         &mut self,
         stream: TcpStream,
@@ -561,29 +672,36 @@ impl Driver {
         theirs: Handshake,
         leftover: BytesMut,
         preamble_sent: bool,
+        incoming: Option<u64>,
         now: Instant,
     ) {
-        if let Some(k) = self.known.get_mut(&addr) {
-            k.dialing = false;
-        }
+        let dialled = incoming.is_none();
         let ours = self.torrent.handshake();
         let duplicate = self.conns.values().any(|c| c.peer_id == theirs.peer_id);
         if theirs.peer_id == ours.peer_id
             || duplicate
-            || self.banned.contains(&addr.ip())
-            || self.conns.len() >= self.cfg.max_peers
+            || self.book.is_banned(addr.ip())
+            || !self.cfg.limits().admit_peer(&self.counts())
             || self.torrent.is_checking()
         {
+            if dialled {
+                if theirs.peer_id == ours.peer_id {
+                    // Ourselves under another address: never again.
+                    self.book.dial_failed(addr, now);
+                    self.book.remove(addr);
+                } else {
+                    self.book.dial_failed(addr, now);
+                }
+            }
             return;
         }
-        if let Some(k) = self.known.get_mut(&addr) {
-            k.connected = true;
-            k.failures = 0;
+        if dialled {
+            self.book.connected(addr, now);
         }
         let conn = self.next_conn;
         self.next_conn += 1;
         let (rd, wr) = stream.into_split();
-        let (wtx, wrx) = mpsc::unbounded_channel();
+        let (wtx, wrx) = peerconn::write_queue(self.write_limit);
         let limits = Limits::new(self.torrent.geometry().piece_count());
         let reader = tokio::spawn(peerconn::reader(
             conn,
@@ -593,7 +711,7 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(peerconn::writer::<Message, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<Message, Msg>(
             conn,
             wr,
             wrx,
@@ -607,6 +725,8 @@ impl Driver {
                 peer_id: theirs.peer_id,
                 writer: wtx,
                 reader,
+                writer_task,
+                dialled,
             },
         );
         tracing::debug!(
@@ -626,8 +746,16 @@ impl Driver {
                     data,
                     payload,
                 } => {
-                    if let Some(c) = self.conns.get(&conn) {
-                        let _ = c.writer.send(Outgoing { data, payload });
+                    let Some(c) = self.conns.get(&conn) else {
+                        continue;
+                    };
+                    if let Err(e) = c.writer.send(Outgoing { data, payload }) {
+                        let reason = e.to_string();
+                        tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        // It does not read: nothing more is flushed to it.
+                        c.writer_task.abort();
+                        self.torrent.peer_error(conn, reason, Instant::now());
+                        self.drop_conn(conn);
                     }
                 }
                 Event::Storage(op) => {
@@ -644,7 +772,7 @@ impl Driver {
                 }
                 Event::Ban { ip, reason } => {
                     tracing::warn!("banning {ip}: {reason}");
-                    self.banned.insert(ip);
+                    self.book.ban(ip);
                 }
                 Event::PieceVerified(_) | Event::Content(_) => {}
                 Event::Complete => {
@@ -661,66 +789,51 @@ impl Driver {
 
     fn drop_conn(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            // Dropping the writer's sender lets it flush and shut down.
+            // Dropping the writer's sender lets it flush and shut down,
+            // within the linger time.
             c.reader.abort();
-            if let Some(k) = self.known.get_mut(&c.addr) {
-                k.connected = false;
-                k.next_try = Instant::now() + Duration::from_secs(5);
+            peerconn::linger(c.writer_task);
+            if c.dialled {
+                self.book.disconnected(c.addr, Instant::now());
             }
         }
     }
 
-    fn add_known(&mut self, addr: SocketAddr) {
-        let me = self.cfg.listen.map(|l| (l.ip(), self.listen_port));
-        if me.is_some_and(|(ip, port)| {
-            port == addr.port()
-                && (ip == addr.ip() || ip.is_unspecified() && addr.ip().is_loopback())
-        }) {
+    /// Our listen address as peers and trackers see it.
+    fn me(&self) -> Option<(std::net::IpAddr, u16)> {
+        self.cfg.listen.map(|l| (l.ip(), self.listen_port))
+    }
+
+    fn add_known(&mut self, addr: SocketAddr, source: Source) {
+        if is_me(self.me(), addr) {
             return; // ourselves, as the tracker saw us
         }
-        if !self.cfg.policy.allows(addr.ip()) {
+        if let weir_core::peers::Added::Outside = self.book.add(addr, source, Instant::now()) {
             tracing::warn!(
                 "peer {addr} ignored: outside network policy {}",
                 self.cfg.policy
             );
-            return;
         }
-        self.known.entry(addr).or_insert(Known {
-            connected: false,
-            dialing: false,
-            failures: 0,
-            next_try: Instant::now(),
-        });
     }
 
-    /// Dials known peers while there is room (not while checking, and not
-    /// once complete: seeds wait for leechers to come).
+    /// Dials known peers while the limits leave room (not while checking,
+    /// and not once complete: seeds wait for leechers to come).
     fn dial_more(&mut self) {
         if self.torrent.is_checking() || self.torrent.is_complete() {
             return;
         }
         let now = Instant::now();
-        let mut room = self.cfg.max_peers.saturating_sub(self.conns.len());
+        let room = self.cfg.limits().dial_room(&self.counts());
         let ours = self.torrent.handshake();
         let preamble = self.torrent.preamble();
-        for (addr, k) in self.known.iter_mut() {
-            if room == 0 {
-                break;
-            }
-            if k.connected || k.dialing || k.next_try > now || self.banned.contains(&addr.ip()) {
-                continue;
-            }
-            if self.conns.values().any(|c| c.addr == *addr) {
-                continue;
-            }
-            k.dialing = true;
-            room -= 1;
+        for addr in self.book.next_dials(now, room, true) {
             tokio::spawn(conn::dial(
                 self.cfg.policy.clone(),
                 self.cfg.listen.map(|a| a.ip()),
-                *addr,
+                addr,
                 ours,
                 preamble.clone(),
+                self.cfg.handshake_timeout,
                 self.tx.clone(),
             ));
         }
@@ -739,12 +852,16 @@ impl Driver {
             phase,
             stats: self.torrent.stats(now),
             total: self.meta.info.total_length(),
+            peers_known: self.book.counts().known,
         });
     }
 
     async fn shutdown(&mut self) {
         if let Some(t) = self.accept_task.take() {
             t.abort();
+        }
+        for (_, h) in std::mem::take(&mut self.handshakes) {
+            h.task.abort();
         }
         self.publish();
         self.progress.send_modify(|p| p.phase = Phase::Done);
@@ -759,6 +876,14 @@ impl Driver {
             let _ = tokio::task::spawn_blocking(move || s.close()).await;
         }
     }
+}
+
+/// Whether `addr` is us (`me`: our listen address and port), as a tracker
+/// or a source list may name us.
+fn is_me(me: Option<(std::net::IpAddr, u16)>, addr: SocketAddr) -> bool {
+    me.is_some_and(|(ip, port)| {
+        port == addr.port() && (ip == addr.ip() || ip.is_unspecified() && addr.ip().is_loopback())
+    })
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -15,7 +15,7 @@
 //! The driver never sleeps in the request path: every input is handled as
 //! it arrives and everything it causes goes out before the next input.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -24,20 +24,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use weir_core::bitfield::Bitfield;
+use weir_core::peers::{Added, Admit, BookConfig, ConnCounts, ConnLimits, PeerBook, Source};
 use weir_core::picker::Order;
 use weir_core::policy::NetPolicy;
 use weir_core::storage::{FileLayout, StorageEvent};
-use weir_ed2k::Md4Hash;
 use weir_ed2k::hash::FileHashes;
 use weir_ed2k::link::FileLink;
-use weir_ed2k::packet::{Decoder, Limits, Packet};
-use weir_ed2k::server::{ServerSession, SessionEvent, SharedInfo};
+use weir_ed2k::packet::Packet;
+use weir_ed2k::server::ServerSession;
 use weir_ed2k::transfer::{Client, ClientConfig, ConnId, Event, FileId, Stats};
 
-use super::conn::{self, PeerDecoder, ServerDecoder, ServerPacket};
+mod server_glue;
+
+use super::conn::{self, PeerDecoder, ServerPacket};
 use super::userhash::UserHash;
 use crate::bandwidth::Limiter;
-use crate::peerconn::{self, ConnEvent, Outgoing};
+use crate::peerconn::{self, ConnEvent, Outgoing, WriteQueue};
 use crate::storage::{DiskStorage, StorageConfig, load_resume};
 
 /// How to run the client.
@@ -61,6 +63,19 @@ pub struct Ed2kConfig {
     pub up: Limiter,
     /// Most connections at once.
     pub max_peers: usize,
+    /// Most dials in progress at once (callbacks included).
+    pub max_half_open: usize,
+    /// Most accepted connections waiting for their hello at once (past
+    /// it, a new one replaces the oldest).
+    pub max_handshakes: usize,
+    /// A dial must connect, and a connection's hello arrive, within this.
+    pub handshake_timeout: Duration,
+    /// Known-source list caps and dial backoff.
+    pub book: BookConfig,
+    /// Most bytes queued for one peer and not yet written; a peer that
+    /// does not read past it is dropped (`None`: the upload watermark plus
+    /// one read plus 1 MiB).
+    pub write_queue_limit: Option<u64>,
     /// Hash every part already on disk at start, ignoring resume data.
     pub recheck: bool,
     /// Our user hash, per listen port (keep it stable: see
@@ -81,6 +96,15 @@ pub struct Ed2kConfig {
 }
 
 impl Ed2kConfig {
+    /// The connection limits these settings give.
+    pub fn limits(&self) -> ConnLimits {
+        ConnLimits {
+            max_peers: self.max_peers,
+            max_half_open: self.max_half_open,
+            max_handshakes: self.max_handshakes,
+        }
+    }
+
     /// Defaults under `policy`, downloading into `out_dir`.
     pub fn new(policy: NetPolicy, out_dir: PathBuf, user_hash: UserHash) -> Self {
         Self {
@@ -93,6 +117,11 @@ impl Ed2kConfig {
             down: Limiter::unlimited(),
             up: Limiter::unlimited(),
             max_peers: 50,
+            max_half_open: ConnLimits::default().max_half_open,
+            max_handshakes: ConnLimits::default().max_handshakes,
+            handshake_timeout: conn::CONNECT_TIMEOUT,
+            book: BookConfig::default(),
+            write_queue_limit: None,
             recheck: false,
             user_hash,
             nick: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
@@ -138,6 +167,8 @@ pub struct Progress {
     pub done: u64,
     /// Bytes over all files.
     pub total: u64,
+    /// Peer addresses known (the bounded peer book).
+    pub peers_known: usize,
 }
 
 /// What a finished run reports.
@@ -258,9 +289,13 @@ pub async fn start(
     ccfg.upload_slots = cfg.upload_slots;
     ccfg.order = cfg.order;
     ccfg.seed = seed_from_clock();
+    ccfg.hello_timeout = cfg.handshake_timeout;
     if let Some(m) = cfg.max_requests {
         ccfg.max_requests = m.max(1);
     }
+    let write_limit = cfg
+        .write_queue_limit
+        .unwrap_or(ccfg.upload_watermark + u64::from(ccfg.max_read) + (1 << 20));
     let mut client = Client::new(ccfg);
     let mut places: HashMap<FileId, Place> = HashMap::new();
     for s in &shares {
@@ -337,11 +372,13 @@ pub async fn start(
         stats: Stats::default(),
         done: 0,
         total,
+        peers_known: 0,
     });
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
     let (tx, rx) = mpsc::channel::<Msg>(32);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let (cfg_book, policy) = (cfg.book.clone(), cfg.policy.clone());
     let driver = Driver {
         client,
         places,
@@ -351,8 +388,8 @@ pub async fn start(
         tx: tx.clone(),
         conns: HashMap::new(),
         next_conn: 1,
-        known: HashMap::new(),
-        banned: HashSet::new(),
+        book: PeerBook::new(cfg_book, policy, seed_from_clock() ^ 0x0b00c),
+        write_limit,
         progress: progress_tx,
         started: Instant::now(),
         completed_at: None,
@@ -386,23 +423,19 @@ struct Place {
 
 struct ConnState {
     addr: SocketAddr,
-    writer: mpsc::UnboundedSender<Outgoing>,
+    writer: WriteQueue,
     reader: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
+    /// We dialled it (it is in the peer book).
+    dialled: bool,
 }
 
-#[derive(Debug)]
-struct Known {
-    connected: Option<ConnId>,
-    dialing: bool,
-    failures: u32,
-    next_try: Instant,
-}
-
-struct ServerConn {
-    addr: SocketAddr,
-    session: ServerSession,
-    writer: mpsc::UnboundedSender<Outgoing>,
-    reader: JoinHandle<()>,
+pub(super) struct ServerConn {
+    pub(super) addr: SocketAddr,
+    pub(super) session: ServerSession,
+    pub(super) writer: WriteQueue,
+    pub(super) reader: JoinHandle<()>,
+    pub(super) writer_task: JoinHandle<()>,
 }
 
 /// How often a server is asked for sources of an incomplete download.
@@ -419,8 +452,8 @@ struct Driver {
     tx: mpsc::Sender<Msg>,
     conns: HashMap<ConnId, ConnState>,
     next_conn: ConnId,
-    known: HashMap<SocketAddr, Known>,
-    banned: HashSet<IpAddr>,
+    book: PeerBook,
+    write_limit: u64,
     progress: watch::Sender<Progress>,
     started: Instant,
     completed_at: Option<Instant>,
@@ -443,15 +476,15 @@ impl Driver {
             let tx = self.tx.clone();
             let policy = self.cfg.policy.clone();
             self.accept_task = Some(tokio::spawn(async move {
-                while let Ok((stream, addr)) = crate::net::accept_tcp(&policy, &l).await {
-                    if tx.send(Msg::Accepted { stream, addr }).await.is_err() {
-                        return;
-                    }
-                }
+                crate::net::accept_loop(&policy, &l, |stream, addr| {
+                    let tx = tx.clone();
+                    async move { tx.send(Msg::Accepted { stream, addr }).await.is_ok() }
+                })
+                .await;
             }));
         }
         for s in sources {
-            self.add_known(s);
+            self.add_known(s, Source::Manual);
         }
         let now = Instant::now();
         for s in self.cfg.servers.clone() {
@@ -532,39 +565,23 @@ impl Driver {
     fn handle(&mut self, m: Msg) {
         let now = Instant::now();
         match m {
-            Msg::Accepted { stream, addr } => {
-                if self.banned.contains(&canonical(addr.ip()))
-                    || self.conns.len() >= self.cfg.max_peers
-                {
-                    return;
-                }
-                self.attach(stream, addr, false, now);
-            }
+            Msg::Accepted { stream, addr } => self.on_accepted(stream, addr, now),
             Msg::Dialed { stream, addr } => {
-                if let Some(k) = self.known.get_mut(&addr) {
-                    k.dialing = false;
-                    k.failures = 0;
-                }
-                if self.banned.contains(&canonical(addr.ip())) {
+                if self.book.is_banned(addr.ip()) {
+                    self.book.dial_failed(addr, now);
                     return;
                 }
-                let conn = self.attach(stream, addr, true, now);
-                if let Some(k) = self.known.get_mut(&addr) {
-                    k.connected = Some(conn);
-                }
+                self.book.connected(addr, now);
+                self.attach(stream, addr, true, now);
             }
             Msg::DialFailed { addr, error } => {
                 tracing::debug!("dial {addr}: {error}");
-                if let Some(k) = self.known.get_mut(&addr) {
-                    k.dialing = false;
-                    k.failures += 1;
-                    k.next_try = now + Duration::from_secs(2u64.pow(k.failures.min(6)));
-                }
+                self.book.dial_failed(addr, now);
             }
             Msg::Conn(ConnEvent::Messages { conn, msgs }) => {
                 for p in msgs {
                     if tracing::enabled!(tracing::Level::TRACE) {
-                        trace_packet(conn, "in", &p);
+                        conn::trace_packet(conn, "in", &p);
                     }
                     self.client.handle_packet(conn, p, now);
                 }
@@ -591,6 +608,49 @@ impl Driver {
         }
     }
 
+    /// Connections by stage: `handshaking` are accepted ones still
+    /// waiting for the peer's hello.
+    fn counts(&self) -> ConnCounts {
+        let handshaking = self
+            .conns
+            .iter()
+            .filter(|(id, c)| !c.dialled && self.client.peer(**id).is_none())
+            .count();
+        ConnCounts {
+            peers: self.conns.len() - handshaking,
+            dialing: self.book.counts().dialing,
+            handshaking,
+        }
+    }
+
+    /// An accepted connection: taken up if the limits allow (the oldest
+    /// one still waiting for its hello gives way when too many wait).
+    fn on_accepted(&mut self, stream: TcpStream, addr: SocketAddr, now: Instant) {
+        if self.book.is_banned(addr.ip()) {
+            return;
+        }
+        match self.cfg.limits().admit_incoming(&self.counts()) {
+            Admit::Refuse => {
+                tracing::debug!("incoming {addr} refused: peer slots full");
+                return;
+            }
+            Admit::ReplaceOldest => {
+                let oldest = self
+                    .conns
+                    .iter()
+                    .filter(|(id, c)| !c.dialled && self.client.peer(**id).is_none())
+                    .map(|(id, _)| *id)
+                    .min();
+                if let Some(old) = oldest {
+                    self.client.remove_conn(old, now);
+                    self.drop_conn(old);
+                }
+            }
+            Admit::Accept => {}
+        }
+        self.attach(stream, addr, false, now);
+    }
+
     /// Takes over a connected socket: reader and writer tasks, and the
     /// client learns about it (an outgoing one sends its hello at once).
     fn attach(
@@ -604,7 +664,7 @@ impl Driver {
         let id = self.next_conn;
         self.next_conn += 1;
         let (rd, wr) = stream.into_split();
-        let (wtx, wrx) = mpsc::unbounded_channel();
+        let (wtx, wrx) = peerconn::write_queue(self.write_limit);
         let reader = tokio::spawn(peerconn::reader(
             id,
             rd,
@@ -613,7 +673,7 @@ impl Driver {
             self.cfg.down.clone(),
             self.tx.clone(),
         ));
-        tokio::spawn(peerconn::writer::<Packet, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<Packet, Msg>(
             id,
             wr,
             wrx,
@@ -626,6 +686,8 @@ impl Driver {
                 addr,
                 writer: wtx,
                 reader,
+                writer_task,
+                dialled: outgoing,
             },
         );
         self.client.add_conn(id, addr, local, outgoing, now);
@@ -641,11 +703,19 @@ impl Driver {
                     data,
                     payload,
                 } => {
-                    if let Some(c) = self.conns.get(&conn) {
-                        if tracing::enabled!(tracing::Level::TRACE) {
-                            trace_out(conn, &data);
-                        }
-                        let _ = c.writer.send(Outgoing { data, payload });
+                    let Some(c) = self.conns.get(&conn) else {
+                        continue;
+                    };
+                    if tracing::enabled!(tracing::Level::TRACE) {
+                        conn::trace_out(conn, &data);
+                    }
+                    if let Err(e) = c.writer.send(Outgoing { data, payload }) {
+                        let reason = e.to_string();
+                        tracing::info!("peer {}: {reason}; disconnected", c.addr);
+                        // It does not read: nothing more is flushed to it.
+                        c.writer_task.abort();
+                        self.client.conn_error(conn, reason, Instant::now());
+                        self.drop_conn(conn);
                     }
                 }
                 Event::Storage { file, op } => {
@@ -670,7 +740,7 @@ impl Driver {
                                 c.addr
                             );
                             let addr = c.addr;
-                            self.known.remove(&addr);
+                            self.book.remove(addr);
                         } else {
                             tracing::debug!("peer {}: {reason}; disconnected", c.addr);
                         }
@@ -680,21 +750,12 @@ impl Driver {
                 }
                 Event::Ban { ip, reason } => {
                     tracing::warn!("banning {ip}: {reason}");
-                    self.banned.insert(canonical(ip));
+                    self.book.ban(ip);
                 }
                 Event::PartVerified { .. } => {}
                 Event::Connect { addr } => {
-                    if self.cfg.policy.allows(addr.ip())
-                        && !self.banned.contains(&canonical(addr.ip()))
-                    {
-                        tracing::info!("connecting to {addr} again");
-                        tokio::spawn(conn::dial(
-                            self.cfg.policy.clone(),
-                            self.cfg.listen.map(|a| a.ip()),
-                            addr,
-                            self.tx.clone(),
-                        ));
-                    }
+                    tracing::info!("connecting to {addr} again");
+                    self.callback(addr);
                 }
                 Event::Complete { file } => {
                     if let Some((name, _)) = self.client.file_info(file) {
@@ -757,13 +818,12 @@ impl Driver {
 
     fn drop_conn(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            // Dropping the writer's sender lets it flush and shut down.
+            // Dropping the writer's sender lets it flush and shut down,
+            // within the linger time.
             c.reader.abort();
-            for k in self.known.values_mut() {
-                if k.connected == Some(conn) {
-                    k.connected = None;
-                    k.next_try = Instant::now() + Duration::from_secs(5);
-                }
+            peerconn::linger(c.writer_task);
+            if c.dialled {
+                self.book.disconnected(c.addr, Instant::now());
             }
         }
     }
@@ -776,23 +836,28 @@ impl Driver {
             }) || public.is_some_and(|p| IpAddr::V4(p) == addr.ip()))
     }
 
-    fn add_known(&mut self, addr: SocketAddr) {
+    pub(super) fn add_known(&mut self, addr: SocketAddr, source: Source) {
         if self.is_me(addr) {
             return;
         }
-        if !self.cfg.policy.allows(addr.ip()) {
+        if let Added::Outside = self.book.add(addr, source, Instant::now()) {
             tracing::warn!(
                 "source {addr} ignored: outside network policy {}",
                 self.cfg.policy
             );
+        }
+    }
+
+    /// A peer asked (through the server, or by wedging) that we connect
+    /// to it: dialled under the same limits and policy as every source.
+    pub(super) fn callback(&mut self, addr: SocketAddr) {
+        if self.is_me(addr) {
             return;
         }
-        self.known.entry(addr).or_insert(Known {
-            connected: None,
-            dialing: false,
-            failures: 0,
-            next_try: Instant::now(),
-        });
+        match self.book.add(addr, Source::Callback, Instant::now()) {
+            Added::New | Added::Known => self.dial_more(Instant::now()),
+            refused => tracing::debug!("callback to {addr} not dialled: {refused:?}"),
+        }
     }
 
     /// Periodic: dial sources, (re)connect servers, ask for sources.
@@ -821,205 +886,20 @@ impl Driver {
         }
     }
 
-    /// Dials known sources while a download is incomplete and there is room.
-    fn dial_more(&mut self, now: Instant) {
-        if self.client.downloading().next().is_none() {
-            return;
-        }
-        let mut room = self.cfg.max_peers.saturating_sub(self.conns.len());
-        let mut go = Vec::new();
-        for (addr, k) in self.known.iter_mut() {
-            if room == 0 {
-                break;
-            }
-            if k.connected.is_some() || k.dialing || k.next_try > now {
-                continue;
-            }
-            if self.banned.contains(&canonical(addr.ip())) {
-                continue;
-            }
-            k.dialing = true;
-            room -= 1;
-            go.push(*addr);
-        }
-        for addr in go {
+    /// Dials known sources while a download is incomplete, and peers that
+    /// asked for a callback, while the limits leave room.
+    pub(super) fn dial_more(&mut self, now: Instant) {
+        let seeking = self.client.downloading().next().is_some();
+        let room = self.cfg.limits().dial_room(&self.counts());
+        for addr in self.book.next_dials(now, room, seeking) {
             tokio::spawn(conn::dial(
                 self.cfg.policy.clone(),
                 self.cfg.listen.map(|a| a.ip()),
                 addr,
+                self.cfg.handshake_timeout,
                 self.tx.clone(),
             ));
         }
-    }
-
-    fn server_up(&mut self, stream: TcpStream, addr: SocketAddr) {
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
-        let (wtx, wrx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(peerconn::reader(
-            0,
-            rd,
-            bytes::BytesMut::with_capacity(64 << 10),
-            ServerDecoder(Decoder::new(Limits::SERVER)),
-            Limiter::unlimited(),
-            self.tx.clone(),
-        ));
-        tokio::spawn(peerconn::writer::<ServerPacket, Msg>(
-            0,
-            wr,
-            wrx,
-            Limiter::unlimited(),
-            self.tx.clone(),
-        ));
-        let hash = self.cfg.user_hash.for_port(self.listen_port);
-        let session = ServerSession::new(hash, self.listen_port, &self.cfg.nick);
-        self.server = Some(ServerConn {
-            addr,
-            session,
-            writer: wtx,
-            reader,
-        });
-        self.flush_server();
-    }
-
-    fn flush_server(&mut self) {
-        if let Some(s) = &mut self.server
-            && let Some(b) = s.session.take_output()
-        {
-            let _ = s.writer.send(Outgoing {
-                data: vec![b],
-                payload: 0,
-            });
-        }
-    }
-
-    fn server_event(&mut self, ev: ConnEvent<ServerPacket>, now: Instant) {
-        match ev {
-            ConnEvent::Messages { msgs, .. } => {
-                for ServerPacket(p) in msgs {
-                    let Some(s) = &mut self.server else {
-                        return;
-                    };
-                    match s.session.handle(&p) {
-                        Ok(evs) => {
-                            for e in evs {
-                                self.on_session_event(e, now);
-                            }
-                        }
-                        Err(e) => tracing::debug!("eD2k server {}: {e}", s.addr),
-                    }
-                }
-                self.flush_server();
-            }
-            ConnEvent::ReadError { reason, .. } => self.server_lost(reason, now),
-            ConnEvent::Closed { .. } => self.server_lost("closed".into(), now),
-            ConnEvent::Sent { .. } => {}
-        }
-    }
-
-    fn server_lost(&mut self, why: String, now: Instant) {
-        if let Some(s) = self.server.take() {
-            tracing::warn!("eD2k server {}: {why}", s.addr);
-            s.reader.abort();
-            self.server_retry.insert(s.addr, now + SERVER_RETRY);
-            self.client.set_server(None, 0);
-            self.next_source_ask = None;
-        }
-    }
-
-    fn on_session_event(&mut self, e: SessionEvent, now: Instant) {
-        match e {
-            SessionEvent::Connected { id, .. } => {
-                let (addr, low) = match &self.server {
-                    Some(s) => (s.addr, s.session.is_low_id()),
-                    None => return,
-                };
-                tracing::info!(
-                    "logged into eD2k server {addr} with a {} id",
-                    if low { "low" } else { "high" }
-                );
-                let ip = match addr {
-                    SocketAddr::V4(a) => *a.ip(),
-                    SocketAddr::V6(a) => a
-                        .ip()
-                        .to_ipv4_mapped()
-                        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
-                };
-                self.client.set_server(Some((ip, addr.port())), id);
-                self.offer_files();
-                self.ask_sources(now);
-            }
-            SessionEvent::Sources {
-                file,
-                reachable,
-                low_ids,
-            } => {
-                tracing::debug!(
-                    "server: {} sources for {file} ({} low id)",
-                    reachable.len(),
-                    low_ids.len()
-                );
-                for a in reachable {
-                    self.add_known(SocketAddr::V4(a));
-                }
-                if let Some(s) = &mut self.server {
-                    for id in low_ids {
-                        s.session.callback(id);
-                    }
-                }
-                self.dial_more(now);
-            }
-            SessionEvent::CallbackRequested { addr } => {
-                let addr = SocketAddr::V4(addr);
-                if self.cfg.policy.allows(addr.ip()) && !self.banned.contains(&addr.ip()) {
-                    tokio::spawn(conn::dial(
-                        self.cfg.policy.clone(),
-                        self.cfg.listen.map(|a| a.ip()),
-                        addr,
-                        self.tx.clone(),
-                    ));
-                }
-            }
-            SessionEvent::CallbackFailed | SessionEvent::Rejected => {}
-            SessionEvent::Message(m) => tracing::debug!("eD2k server says: {}", m.trim()),
-        }
-    }
-
-    fn offer_files(&mut self) {
-        let files: Vec<SharedInfo> = self
-            .client
-            .file_ids()
-            .filter_map(|f| {
-                let (name, size) = self.client.file_info(f)?;
-                let hash = self.client.file_hash(f)?;
-                let p = self.client.progress(f);
-                (p.parts_had > 0 || p.complete).then(|| SharedInfo {
-                    hash,
-                    name: name.to_string(),
-                    size,
-                    complete: p.complete,
-                })
-            })
-            .collect();
-        if let Some(s) = &mut self.server {
-            s.session.offer(&files);
-        }
-        self.flush_server();
-    }
-
-    fn ask_sources(&mut self, now: Instant) {
-        let wanted: Vec<(Md4Hash, u64)> = self
-            .client
-            .downloading()
-            .filter_map(|f| Some((self.client.file_hash(f)?, self.client.file_info(f)?.1)))
-            .collect();
-        if let Some(s) = &mut self.server {
-            for (h, size) in &wanted {
-                s.session.get_sources(*h, *size);
-            }
-        }
-        self.next_source_ask = (!wanted.is_empty()).then_some(now + SOURCE_REASK);
-        self.flush_server();
     }
 
     fn publish(&mut self) {
@@ -1041,6 +921,7 @@ impl Driver {
             stats: self.client.stats(now),
             done,
             total,
+            peers_known: self.book.counts().known,
         });
     }
 
@@ -1052,6 +933,7 @@ impl Driver {
         self.progress.send_modify(|p| p.phase = Phase::Done);
         if let Some(s) = self.server.take() {
             s.reader.abort();
+            peerconn::linger(s.writer_task);
         }
         let conns: Vec<ConnId> = self.conns.keys().copied().collect();
         for c in conns {
@@ -1064,49 +946,6 @@ impl Driver {
             }
         })
         .await;
-    }
-}
-
-/// Logs a packet's opcode, size and (for part requests and part data)
-/// its ranges, at trace level: the interop debugging aid.
-fn trace_packet(conn: ConnId, dir: &str, p: &Packet) {
-    let ranges = match (p.protocol, p.opcode) {
-        (weir_ed2k::packet::Protocol::Edonkey, 0x47)
-        | (weir_ed2k::packet::Protocol::Edonkey, 0x46)
-            if p.payload.len() >= 24 =>
-        {
-            let w: Vec<u32> = p.payload[16..]
-                .chunks_exact(4)
-                .take(if p.opcode == 0x47 { 6 } else { 2 })
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            format!(" {w:?}")
-        }
-        _ => String::new(),
-    };
-    tracing::trace!(
-        "conn {conn} {dir}: {:?} {:#04x} ({} bytes){ranges}",
-        p.protocol,
-        p.opcode,
-        p.payload.len()
-    );
-}
-
-fn trace_out(conn: ConnId, data: &[bytes::Bytes]) {
-    let mut buf = bytes::BytesMut::new();
-    for d in data {
-        buf.extend_from_slice(d);
-    }
-    let mut dec = Decoder::new(Limits::CLIENT);
-    while let Ok(Some(p)) = dec.decode(&mut buf) {
-        trace_packet(conn, "out", &p);
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use weir_core::policy::NetPolicy;
 use weir_ed2k::packet::{Decoder, Limits, Packet};
+use weir_ed2k::transfer::ConnId;
 
 use super::client::Msg;
 use crate::peerconn::Decode;
@@ -52,7 +53,8 @@ impl Decode for ServerDecoder {
     }
 }
 
-/// A connection must be up within this.
+/// A connection must be up within this, and a peer's hello arrive within
+/// this, by default ([`super::Ed2kConfig::handshake_timeout`]).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Dials a peer; the result goes to the driver.
@@ -60,9 +62,10 @@ pub(crate) async fn dial(
     policy: NetPolicy,
     local: Option<IpAddr>,
     addr: SocketAddr,
+    timeout: Duration,
     tx: mpsc::Sender<Msg>,
 ) {
-    let msg = match connect(&policy, local, addr).await {
+    let msg = match connect(&policy, local, addr, timeout).await {
         Ok(stream) => Msg::Dialed { stream, addr },
         Err(error) => Msg::DialFailed { addr, error },
     };
@@ -76,25 +79,21 @@ pub(crate) async fn dial_server(
     addr: SocketAddr,
     tx: mpsc::Sender<Msg>,
 ) {
-    let msg = match connect(&policy, local, addr).await {
+    let msg = match connect(&policy, local, addr, CONNECT_TIMEOUT).await {
         Ok(stream) => Msg::ServerUp { stream, addr },
         Err(error) => Msg::ServerDown { addr, error },
     };
     let _ = tx.send(msg).await;
 }
 
-/// A policy-checked connect bounded by [`CONNECT_TIMEOUT`].
+/// A policy-checked connect bounded by `timeout`.
 async fn connect(
     policy: &NetPolicy,
     local: Option<IpAddr>,
     addr: SocketAddr,
+    timeout: Duration,
 ) -> Result<TcpStream, String> {
-    match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        crate::net::connect_tcp_from(policy, local, addr),
-    )
-    .await
-    {
+    match tokio::time::timeout(timeout, crate::net::connect_tcp_from(policy, local, addr)).await {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err("connect timed out".into()),
     }
@@ -116,4 +115,40 @@ pub(crate) fn journal_path(dir: &Path, hash: &weir_ed2k::Md4Hash) -> PathBuf {
         ".weir-resume-ed2k-{}",
         hash.to_hex().to_ascii_lowercase()
     ))
+}
+
+/// Logs a packet's opcode, size and (for part requests and part data)
+/// its ranges, at trace level: the interop debugging aid.
+pub(crate) fn trace_packet(conn: ConnId, dir: &str, p: &Packet) {
+    let ranges = match (p.protocol, p.opcode) {
+        (weir_ed2k::packet::Protocol::Edonkey, 0x47)
+        | (weir_ed2k::packet::Protocol::Edonkey, 0x46)
+            if p.payload.len() >= 24 =>
+        {
+            let w: Vec<u32> = p.payload[16..]
+                .chunks_exact(4)
+                .take(if p.opcode == 0x47 { 6 } else { 2 })
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            format!(" {w:?}")
+        }
+        _ => String::new(),
+    };
+    tracing::trace!(
+        "conn {conn} {dir}: {:?} {:#04x} ({} bytes){ranges}",
+        p.protocol,
+        p.opcode,
+        p.payload.len()
+    );
+}
+
+pub(crate) fn trace_out(conn: ConnId, data: &[bytes::Bytes]) {
+    let mut buf = bytes::BytesMut::new();
+    for d in data {
+        buf.extend_from_slice(d);
+    }
+    let mut dec = Decoder::new(Limits::CLIENT);
+    while let Ok(Some(p)) = dec.decode(&mut buf) {
+        trace_packet(conn, "out", &p);
+    }
 }

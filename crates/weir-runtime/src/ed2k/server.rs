@@ -2,35 +2,75 @@
 //!
 //! One task per connection reads and decodes; the index sits behind a
 //! mutex held only while one message is handled (control traffic only);
-//! each connection has a writer task fed by an unbounded channel, so a
-//! reply to another connection (a callback) never waits on this one.
+//! each connection has a writer ([`crate::peerconn::writer`]) fed through
+//! a bounded [`WriteQueue`], so a reply to another connection (a callback)
+//! never waits on this one, and a client that does not read its answers
+//! is dropped once [`ServerOptions::queue_limit`] bytes wait for it.
+//!
+//! What a client controls is bounded: the index's limits
+//! ([`ServerConfig`]: files per client, name length, connections per IP
+//! and in all, files and bytes indexed), a login within
+//! [`ServerOptions::login_timeout`], a message at least every
+//! [`ServerOptions::idle_timeout`]. The accept loop never ends on an
+//! accept error ([`crate::net::accept_loop`]).
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use weir_core::policy::NetPolicy;
 use weir_ed2k::packet::{Decoder, Limits};
 use weir_ed2k::server::{ClientToServer, ConnId, IndexServer, ServerConfig, ServerEvent};
 
+use crate::bandwidth::Limiter;
 use crate::net;
+use crate::peerconn::{self, ConnEvent, Outgoing, WriteQueue};
 
 /// How to run the server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     /// Who may connect.
     pub policy: NetPolicy,
-    /// Name, description, flags.
+    /// Name, description, flags and the index's limits.
     pub config: ServerConfig,
+    /// A connection must log in within this.
+    pub login_timeout: Duration,
+    /// A logged-in client that sends nothing for this long is dropped.
+    pub idle_timeout: Duration,
+    /// Most bytes queued for one client and not yet written.
+    pub queue_limit: u64,
 }
 
-type Peers = Arc<Mutex<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>>;
+impl ServerOptions {
+    /// Defaults under `policy` with `config`.
+    pub fn new(policy: NetPolicy, config: ServerConfig) -> Self {
+        Self {
+            policy,
+            config,
+            login_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(3600),
+            queue_limit: 1 << 20,
+        }
+    }
+}
+
+/// Why a connection whose queue overflowed ends.
+const NOT_READING: &str = "not reading its answers";
+
+/// A connection's writer queue and the way to end it from elsewhere.
+struct Peer {
+    queue: WriteQueue,
+    kill: Arc<Notify>,
+}
+
+type Peers = Arc<Mutex<HashMap<ConnId, Peer>>>;
 
 /// A bound index server.
 pub struct Ed2kServer {
@@ -55,8 +95,8 @@ impl Ed2kServer {
         self.listener.local_addr()
     }
 
-    /// Accepts clients until the listener fails; `on_event` sees every
-    /// login, offer, source request and departure.
+    /// Accepts clients (for good: accept errors are waited out);
+    /// `on_event` sees every login, offer, source request and departure.
     pub async fn run(
         self,
         on_event: impl Fn(ServerEvent) + Send + Sync + 'static,
@@ -65,23 +105,30 @@ impl Ed2kServer {
         let peers: Peers = Arc::default();
         let on_event = Arc::new(on_event);
         let next = AtomicU64::new(1);
-        loop {
-            let (stream, addr) = net::accept_tcp(&self.opts.policy, &self.listener).await?;
+        let opts = Arc::new(self.opts);
+        net::accept_loop(&opts.policy, &self.listener, |stream, addr| {
             let ip = match addr.ip() {
-                IpAddr::V4(v4) => v4,
-                IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                    Some(v4) => v4,
-                    None => {
-                        tracing::info!("ed2k-server: {addr} refused: eD2k ids are IPv4");
-                        continue;
-                    }
-                },
+                IpAddr::V4(v4) => Some(v4),
+                IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+            };
+            let Some(ip) = ip else {
+                tracing::info!("ed2k-server: {addr} refused: eD2k ids are IPv4");
+                return std::future::ready(true);
             };
             let conn = next.fetch_add(1, Ordering::Relaxed);
+            let admitted = index
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .connected(conn, ip);
+            if let Err(e) = admitted {
+                tracing::info!("ed2k-server: {addr} refused: {e}");
+                return std::future::ready(true);
+            }
             let _ = stream.set_nodelay(true);
-            let (index, peers, on_event) = (index.clone(), peers.clone(), on_event.clone());
+            let (index, peers, on_event, opts) =
+                (index.clone(), peers.clone(), on_event.clone(), opts.clone());
             tokio::spawn(async move {
-                let reason = serve(conn, ip, stream, &index, &peers, &*on_event).await;
+                let reason = serve(conn, stream, &index, &peers, &*on_event, &opts).await;
                 tracing::debug!("ed2k-server: {addr} closed: {reason}");
                 peers
                     .lock()
@@ -94,46 +141,67 @@ impl Ed2kServer {
                 };
                 events.into_iter().for_each(|e| on_event(e));
             });
-        }
+            std::future::ready(true)
+        })
+        .await;
+        Ok(())
     }
 }
 
 async fn serve(
     conn: ConnId,
-    ip: std::net::Ipv4Addr,
     stream: TcpStream,
     index: &Mutex<IndexServer>,
     peers: &Peers,
     on_event: &(dyn Fn(ServerEvent) + Send + Sync),
+    opts: &ServerOptions,
 ) -> String {
-    let (mut rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    peers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(conn, tx);
-    index
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .connected(conn, ip);
-    let writer = tokio::spawn(async move {
-        while let Some(b) = rx.recv().await {
-            if wr.write_all(&b).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (mut rd, wr) = stream.into_split();
+    let (queue, wrx) = peerconn::write_queue(opts.queue_limit);
+    let kill = Arc::new(Notify::new());
+    peers.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        conn,
+        Peer {
+            queue,
+            kill: kill.clone(),
+        },
+    );
+    // The writer reports its writes and its end here.
+    let (ev_tx, mut ev_rx) = mpsc::channel::<ConnEvent<()>>(64);
+    let writer = tokio::spawn(peerconn::writer::<(), ConnEvent<()>>(
+        0,
+        wr,
+        wrx,
+        Limiter::unlimited(),
+        ev_tx,
+    ));
     let mut dec = Decoder::new(Limits::SERVER);
     // Control traffic only: 64 KiB reads are plenty.
     let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut logged_in = false;
     let reason = 'outer: loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 << 10);
         }
-        match rd.read_buf(&mut buf).await {
-            Ok(0) => break "eof".to_string(),
-            Ok(_) => {}
-            Err(e) => break e.to_string(),
+        let wait = if logged_in {
+            opts.idle_timeout
+        } else {
+            opts.login_timeout
+        };
+        let read = tokio::select! {
+            r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
+            () = kill.notified() => break NOT_READING.to_string(),
+            e = ev_rx.recv() => match e {
+                Some(ConnEvent::Sent { .. }) => continue,
+                _ => break "write failed".to_string(),
+            },
+        };
+        match read {
+            Err(_) if logged_in => break "idle".to_string(),
+            Err(_) => break "no login".to_string(),
+            Ok(Ok(0)) => break "eof".to_string(),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => break e.to_string(),
         }
         loop {
             let pkt = match dec.decode(&mut buf) {
@@ -145,6 +213,7 @@ async fn serve(
                 Ok(m) => m,
                 Err(e) => break 'outer format!("bad message: {e}"),
             };
+            logged_in |= matches!(msg, ClientToServer::Login { .. });
             let (out, events) = {
                 let mut ix = index.lock().unwrap_or_else(|e| e.into_inner());
                 let r = ix.handle(conn, msg);
@@ -152,16 +221,7 @@ async fn serve(
             };
             events.into_iter().for_each(on_event);
             match out {
-                Ok(replies) => {
-                    let peers = peers.lock().unwrap_or_else(|e| e.into_inner());
-                    for (to, m) in replies {
-                        let mut b = BytesMut::new();
-                        m.encode(&mut b);
-                        if let Some(tx) = peers.get(&to) {
-                            let _ = tx.send(b.freeze());
-                        }
-                    }
-                }
+                Ok(replies) => send_replies(peers, replies),
                 Err(e) => break 'outer e.to_string(),
             }
         }
@@ -170,14 +230,47 @@ async fn serve(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&conn);
-    // Let queued replies drain, then close.
-    let _ = writer.await;
+    if reason == NOT_READING {
+        writer.abort();
+    } else {
+        // Queued replies drain (for at most the linger time), then the
+        // connection closes.
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(peerconn::WRITE_LINGER, writer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
     reason
+}
+
+/// Queues replies; a connection whose queue is full is ended.
+fn send_replies(peers: &Peers, replies: Vec<(ConnId, weir_ed2k::server::ServerToClient)>) {
+    let mut peers = peers.lock().unwrap_or_else(|e| e.into_inner());
+    for (to, m) in replies {
+        let Some(p) = peers.get(&to) else {
+            continue;
+        };
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        let o = Outgoing {
+            data: vec![Bytes::from(b)],
+            payload: 0,
+        };
+        if let Err(e) = p.queue.send(o) {
+            tracing::info!("ed2k-server: conn {to}: {e}; dropped");
+            p.kill.notify_one();
+            peers.remove(&to);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
     use weir_ed2k::Md4Hash;
     use weir_ed2k::server::{OfferedFile, ServerToClient, ft};
     use weir_ed2k::tag::Tag;
@@ -218,10 +311,7 @@ mod tests {
     async fn two_clients_find_each_other() {
         let server = Ed2kServer::bind(
             "127.0.0.1:0".parse().unwrap(),
-            ServerOptions {
-                policy: NetPolicy::loopback(),
-                config: ServerConfig::default(),
-            },
+            ServerOptions::new(NetPolicy::loopback(), ServerConfig::default()),
         )
         .await
         .unwrap();
@@ -288,10 +378,7 @@ mod tests {
     async fn garbage_closes_the_connection() {
         let server = Ed2kServer::bind(
             "127.0.0.1:0".parse().unwrap(),
-            ServerOptions {
-                policy: NetPolicy::loopback(),
-                config: ServerConfig::default(),
-            },
+            ServerOptions::new(NetPolicy::loopback(), ServerConfig::default()),
         )
         .await
         .unwrap();

@@ -43,14 +43,14 @@ pub(crate) struct ServerArgs {
 pub(crate) fn run_server(ctx: &Ctx, args: ServerArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
-        let opts = ServerOptions {
-            policy: ctx.policy.clone(),
-            config: ServerConfig {
+        let opts = ServerOptions::new(
+            ctx.policy.clone(),
+            ServerConfig {
                 name: args.name.clone(),
                 description: args.description.clone(),
                 ..ServerConfig::default()
             },
-        };
+        );
         let mut signals = Signals::new()?;
         let server = Ed2kServer::bind(args.listen, opts)
             .await
@@ -85,9 +85,12 @@ fn describe(e: &ServerEvent) -> String {
             id_to_ip(*id),
             name.as_deref().unwrap_or("")
         ),
-        ServerEvent::Offered { conn, files, total } => {
-            format!("offer conn={conn} files={files} total={total}")
-        }
+        ServerEvent::Offered {
+            conn,
+            files,
+            total,
+            refused,
+        } => format!("offer conn={conn} files={files} total={total} refused={refused}"),
         ServerEvent::SourcesAsked { conn, file, found } => {
             format!("sources conn={conn} file={file} found={found}")
         }

@@ -1,7 +1,8 @@
 //! RC4 streams keyed as MSE says, and the hashes of the handshake.
 
-use rc4::{KeyInit, Rc4, StreamCipher};
 use sha1::{Digest, Sha1};
+
+use super::rc4::Rc4;
 
 /// Keystream bytes every MSE RC4 stream throws away before its first use
 /// (the spec's defence against RC4's biased first bytes).
@@ -37,15 +38,15 @@ impl Rc4Stream {
     /// [`DISCARD`] bytes of keystream already dropped.
     pub(crate) fn new(key: &[u8; 20]) -> Rc4Stream {
         // A 20-byte key is within RC4's 1..=256 bytes: never an error.
-        let mut rc4 = Rc4::new_from_slice(key).expect("20-byte RC4 key");
-        let mut skip = [0u8; DISCARD];
-        rc4.apply_keystream(&mut skip);
+        let mut rc4 = Rc4::new(key).expect("20-byte RC4 key");
+        rc4.skip(DISCARD);
         Rc4Stream(rc4)
     }
 
     /// XORs the next `buf.len()` keystream bytes into `buf`: encrypts or
     /// decrypts in place. Every byte of the direction must pass through
-    /// exactly once, in order.
+    /// exactly once, in order. About 500 MB/s on one core here (see
+    /// [`super::Rc4`]).
     pub fn apply_keystream(&mut self, buf: &mut [u8]) {
         self.0.apply_keystream(buf);
     }
@@ -90,7 +91,7 @@ mod tests {
         // The stream equals plain RC4 with 1024 bytes skipped, chunking
         // does not matter, and applying twice restores the input.
         let key = [7u8; 20];
-        let mut plain = Rc4::new_from_slice(&key).unwrap();
+        let mut plain = Rc4::new(&key).unwrap();
         let mut ks = vec![0u8; DISCARD + 300];
         plain.apply_keystream(&mut ks);
         let mut s = Rc4Stream::new(&key);

@@ -69,6 +69,7 @@
 mod cipher;
 mod dh;
 mod initiator;
+mod rc4;
 mod responder;
 #[cfg(test)]
 mod tests;
@@ -81,6 +82,7 @@ use std::time::Duration;
 pub use cipher::{DISCARD, MseCipher, Rc4Stream, req2_hash};
 pub use dh::KEY_LEN;
 pub use initiator::Initiator;
+pub use rc4::{Rc4, Rc4KeyLength};
 pub use responder::{Accepted, Responder};
 
 /// The verification constant: eight zero bytes.

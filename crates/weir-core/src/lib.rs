@@ -16,6 +16,8 @@
 //! - [`storage`]: the storage contract (operations a core asks for and their
 //!   completions), the file layout, and the streaming piece verifier.
 //! - [`policy`]: the network allow-list every socket and datagram obeys.
+//! - [`resume`]: the resume journal's checked format, and the decision of
+//!   what an opening transfer trusts, hashes again or must not touch.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
 
@@ -26,5 +28,6 @@ pub mod meter;
 pub mod picker;
 pub mod pipeline;
 pub mod policy;
+pub mod resume;
 pub mod safepath;
 pub mod storage;

@@ -17,6 +17,7 @@
 //! becomes a storage read (adjacent requests are read together), and the
 //! data goes back as a header plus a slice of the read buffer.
 
+mod lost;
 mod peer;
 mod smartban;
 mod upload;
@@ -38,6 +39,9 @@ use peer::{Has, Outstanding, Peer};
 
 /// A connection, as the runtime and the torrent both name it.
 pub type ConnId = u32;
+
+/// Stands for the sender of data an earlier run wrote (a resumed piece).
+const EARLIER_RUN: ConnId = ConnId::MAX;
 
 /// How often the torrent re-sizes pipelines and checks timeouts.
 const TICK: Duration = Duration::from_millis(250);
@@ -84,6 +88,9 @@ pub struct TorrentConfig {
     /// Most requests in flight to one peer, whatever its rate (the
     /// pipeline sizes below this; 1 makes every block a round trip).
     pub max_requests: u32,
+    /// Download missing pieces (off: only upload what is had, as `weir
+    /// seed` does; the torrent is then never interested).
+    pub download: bool,
 }
 
 impl TorrentConfig {
@@ -101,6 +108,7 @@ impl TorrentConfig {
             seed: 0x5eed,
             client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
             max_requests: 4096,
+            download: true,
         }
     }
 }
@@ -316,6 +324,31 @@ impl Torrent {
         s
     }
 
+    /// An earlier run wrote the first `bytes` of `piece` (the storage layer
+    /// hashes them back before any new write to it): only the rest is asked
+    /// for. Call before any peer is added. Ignored for a piece that is had,
+    /// being checked, or not partial (whole blocks are resumed).
+    pub fn resume_partial(&mut self, piece: u32, bytes: u32) {
+        if piece >= self.geo.piece_count()
+            || self.picker.had().get(piece)
+            || self.checking.get(piece)
+            || self.assembly.contains_key(&piece)
+        {
+            return;
+        }
+        let bytes = bytes - bytes % BLOCK_LEN;
+        if bytes == 0 || bytes >= self.geo.piece_size(piece) {
+            return;
+        }
+        self.picker.resume_prefix(piece, bytes);
+        let a = self.assembly.entry(piece).or_default();
+        a.handed = bytes;
+        a.next = bytes;
+        // Blamed on nobody in particular if the piece fails.
+        a.blocks_from.push((0, bytes, EARLIER_RUN));
+        self.unverified += u64::from(bytes);
+    }
+
     /// Switches between rarest-first and sequential picking.
     pub fn set_order(&mut self, order: Order) {
         self.picker.set_order(order);
@@ -332,7 +365,11 @@ impl Torrent {
     /// asking). Sent with the handshake it saves a round trip before the
     /// first request. Empty when there is nothing to say ahead.
     pub fn preamble(&self) -> Bytes {
-        if self.is_checking() || self.picker.had().count() > 0 || self.picker.is_complete() {
+        if !self.cfg.download
+            || self.is_checking()
+            || self.picker.had().count() > 0
+            || self.picker.is_complete()
+        {
             return Bytes::new();
         }
         let mut out = bytes::BytesMut::new();
@@ -507,6 +544,14 @@ impl Torrent {
                 self.on_smartban_read(id, data, now)
             }
             StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
+            StorageEvent::ReadFailed { id, lost, fault } if id & smartban::SMARTBAN_READ != 0 => {
+                self.on_smartban_read(id, Err(fault.to_string()), now);
+                self.on_pieces_lost(&lost, now);
+            }
+            StorageEvent::ReadFailed { id, lost, .. } => {
+                self.on_pieces_lost(&lost, now);
+                self.on_read_failed(id, now);
+            }
             StorageEvent::Failed { error } => self.events.push_back(Event::Fatal(error)),
         }
         self.flush();
@@ -599,7 +644,7 @@ impl Torrent {
 
     fn update_interest(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
-        let want = self.picker.is_interesting(p.has.as_peer_has());
+        let want = self.cfg.download && self.picker.is_interesting(p.has.as_peer_has());
         if want != p.am_interested {
             p.am_interested = want;
             p.send(

@@ -15,7 +15,7 @@ pub(super) struct Read {
     pub(super) conn: ConnId,
     piece: u32,
     begin: u32,
-    blocks: Vec<BlockRef>,
+    pub(super) blocks: Vec<BlockRef>,
 }
 
 impl Torrent {
@@ -59,7 +59,7 @@ impl Torrent {
         }
     }
 
-    fn choke(&mut self, conn: ConnId, now: Instant) {
+    pub(super) fn choke(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking {
             return;

@@ -713,9 +713,57 @@ impl Client {
                 self.on_recovery_read(file, id, data, now)
             }
             StorageEvent::ReadDone { id, data } => self.on_read_done(id, data, now),
+            StorageEvent::ReadFailed { id, lost, fault } if id & repair::RECOVERY_READ != 0 => {
+                self.parts_lost(file, &lost);
+                self.on_recovery_read(file, id, Err(fault.to_string()), now)
+            }
+            StorageEvent::ReadFailed { id, lost, fault } => {
+                self.parts_lost(file, &lost);
+                // The peer it was for is dropped; when it comes back it is
+                // told the parts that are left.
+                self.on_read_done(id, Err(fault.to_string()), now)
+            }
             StorageEvent::Failed { error } => self.events.push_back(Event::Fatal { file, error }),
         }
         self.flush();
+    }
+
+    /// Stored data of these parts of `file` is gone (EIO, a truncated
+    /// file): they are no longer had nor offered.
+    fn parts_lost(&mut self, file: FileId, lost: &[u32]) {
+        let f = &mut self.files[file as usize];
+        for &p in lost {
+            if p < f.geo.piece_count() {
+                f.picker.lose(p);
+            }
+        }
+    }
+
+    /// An earlier run wrote the first `bytes` of part `piece` of `file`
+    /// (storage hashes them back before any new write to it): only the rest
+    /// is asked for. Call right after [`Client::add_download`]. Ignored for
+    /// a part that is had or checked, or not partial in whole blocks.
+    pub fn resume_partial(&mut self, file: FileId, piece: u32, bytes: u32) {
+        let Some(f) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        if piece >= f.geo.piece_count()
+            || f.picker.had().get(piece)
+            || f.checking.get(piece)
+            || f.assembly.contains_key(&piece)
+        {
+            return;
+        }
+        let bytes = bytes - bytes % f.geo.block_len();
+        if bytes == 0 || bytes >= f.geo.piece_size(piece) {
+            return;
+        }
+        f.picker.resume_prefix(piece, bytes);
+        let a = f.assembly.entry(piece).or_default();
+        a.handed = bytes;
+        a.next = bytes;
+        a.from.push((0, bytes, None));
+        f.unverified += u64::from(bytes);
     }
 
     /// Periodic work: pipeline sizing, timeouts.

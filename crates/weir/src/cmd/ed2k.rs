@@ -19,7 +19,7 @@ use weir_runtime::ed2k::{
 };
 
 use crate::cmd::Ctx;
-use crate::cmd::get::TransferOpts;
+use crate::cmd::get::{DirPolicy, TransferOpts, open_error};
 use crate::exit::bad_input;
 use crate::progress::{Progress, Sample, parse_rate};
 
@@ -108,12 +108,15 @@ pub(crate) fn get(
     out: &Path,
     seed: bool,
     opts: &TransferOpts,
+    dir: DirPolicy,
 ) -> anyhow::Result<ExitCode> {
     let link = FileLink::parse(link).map_err(|e| bad_input(format!("{e}")))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let label = link.name.clone();
     let total = link.size;
-    let cfg = config(ctx, out.to_path_buf(), seed, opts)?;
+    let mut cfg = config(ctx, out.to_path_buf(), seed, opts)?;
+    cfg.overwrite = dir.overwrite;
+    cfg.space_check = dir.space_check;
     run(cfg, opts, vec![link], Vec::new(), &label, total, false)
 }
 
@@ -208,6 +211,7 @@ fn run(
                 cfg.listen = Some(SocketAddr::new(addr.ip(), 0));
                 ed2k_client::start(cfg, downloads, shares.clone()).await?
             }
+            Err(Ed2kError::Open(e)) => return Err(open_error(e)),
             Err(e) => return Err(e.into()),
         };
         if let Some(a) = handle.local_addr {

@@ -371,26 +371,22 @@ pub struct Resume {
 /// Why a journal was not used at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NotOurs {
-    /// Too short or another format.
-    #[error("not a weir resume journal (version 2)")]
-    Format,
-    /// The header is unreadable.
-    #[error("the journal's header is damaged")]
-    Header,
-    /// It belongs to another transfer or another layout of the files.
+    /// Its header, intact, names another transfer or another layout of the
+    /// files.
     #[error("the journal belongs to another transfer")]
     Other,
 }
 
-/// Reads a journal of the transfer `want`.
+/// Reads a journal of the transfer `want` (found under the name weir gives
+/// this transfer's journal).
+///
+/// Only an intact header naming something else makes it not ours. A journal
+/// whose start is unreadable (another format, a damaged header) is still
+/// this transfer's: the files it covers stay weir's own, it vouches for
+/// nothing, and the records found in it are hints. Losing the journal's
+/// first bytes therefore costs a recheck, never the user's own partial
+/// download being taken for someone else's data.
 pub fn parse(data: &[u8], want: &JournalId) -> Result<Resume, NotOurs> {
-    let body = data.strip_prefix(MAGIC.as_slice()).ok_or(NotOurs::Format)?;
-    let (first, mut at) = decode(body).ok_or(NotOurs::Header)?;
-    match first {
-        Record::Header(id) if id == *want => {}
-        Record::Header(_) => return Err(NotOurs::Other),
-        _ => return Err(NotOurs::Header),
-    }
     let pieces = want.piece_count();
     let nfiles = want.files.len() as u32;
     let mut r = Resume {
@@ -400,6 +396,23 @@ pub fn parse(data: &[u8], want: &JournalId) -> Result<Resume, NotOurs> {
         files: None,
         clean: false,
         damaged: false,
+    };
+    let header = data
+        .strip_prefix(MAGIC.as_slice())
+        .and_then(|body| Some((body, decode(body)?)));
+    let (body, mut at) = match header {
+        Some((body, (Record::Header(id), n))) => {
+            if id != *want {
+                return Err(NotOurs::Other);
+            }
+            (body, n)
+        }
+        _ => {
+            r.owned = vec![true; nfiles as usize];
+            r.damaged = true;
+            resync(data, 0, want, &mut r);
+            return Ok(r);
+        }
     };
     // The valid prefix: everything it says counts.
     while at < body.len() {
@@ -451,41 +464,46 @@ pub fn parse(data: &[u8], want: &JournalId) -> Result<Resume, NotOurs> {
     }
     if r.damaged {
         r.clean = false;
-        // Past the damage: re-synchronise on the marker; whatever is found
-        // is only a reason to hash pieces again.
-        let mut i = at + 1;
-        while i < body.len() {
-            if body[i] != SYNC {
-                i += 1;
-                continue;
-            }
-            let Some((rec, n)) = decode(&body[i..]) else {
-                i += 1;
-                continue;
-            };
-            let mut hint = |p: u32, end: u32| {
-                if p < pieces {
-                    r.written.insert(p, end.min(want.piece_size(p)));
-                }
-            };
-            match rec {
-                Record::Have(b) if b.len() == pieces => {
-                    for p in b.iter_ones() {
-                        hint(p, want.piece_size(p));
-                    }
-                }
-                Record::Verified(v) => {
-                    for p in v {
-                        hint(p, u32::MAX);
-                    }
-                }
-                Record::Written { piece, end } => hint(piece, end),
-                _ => {}
-            }
-            i += n;
-        }
+        resync(body, at + 1, want, &mut r);
     }
     Ok(r)
+}
+
+/// Past damage: re-synchronises on the frame marker from `from`; whatever
+/// is found is only a reason to hash pieces again ([`Resume::written`]).
+fn resync(body: &[u8], from: usize, want: &JournalId, r: &mut Resume) {
+    let pieces = want.piece_count();
+    let mut i = from;
+    while i < body.len() {
+        if body[i] != SYNC {
+            i += 1;
+            continue;
+        }
+        let Some((rec, n)) = decode(&body[i..]) else {
+            i += 1;
+            continue;
+        };
+        let mut hint = |p: u32, end: u32| {
+            if p < pieces {
+                r.written.insert(p, end.min(want.piece_size(p)));
+            }
+        };
+        match rec {
+            Record::Have(b) if b.len() == pieces => {
+                for p in b.iter_ones() {
+                    hint(p, want.piece_size(p));
+                }
+            }
+            Record::Verified(v) => {
+                for p in v {
+                    hint(p, u32::MAX);
+                }
+            }
+            Record::Written { piece, end } => hint(piece, end),
+            _ => {}
+        }
+        i += n;
+    }
 }
 
 /// A data file as found on disk when a transfer opens.
@@ -628,7 +646,8 @@ pub fn plan(
                 present[i] = true;
                 // A file replaced since (another inode) is not the one weir
                 // wrote, whatever the journal says.
-                let same_file = recorded.is_some_and(|r| r.ino == now.ino);
+                // (A damaged journal with no state left keeps ownership.)
+                let same_file = recorded.is_none_or(|r| r.ino == now.ino);
                 intact[i] = recorded == Some(now) && now.size == f.length;
                 if owned && same_file {
                     FileAction::Own
@@ -700,9 +719,9 @@ pub fn plan(
                     partial.push((p, end));
                 }
             }
-            None if journal.is_none() => {
-                // Data of weir's own (or adopted) files without any journal
-                // (it was lost): worth hashing.
+            None if journal.is_none_or(|j| j.files.is_none()) => {
+                // Data of weir's own (or adopted) files with no journal to
+                // say what it is (damaged, or --overwrite): worth hashing.
                 check.set(p);
             }
             None => {}

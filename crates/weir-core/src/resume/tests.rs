@@ -77,7 +77,7 @@ fn records_round_trip_into_a_resume() {
 }
 
 #[test]
-fn another_transfer_or_format_is_not_ours() {
+fn another_transfer_is_not_ours_and_an_unreadable_start_keeps_ownership_only() {
     let j = journal(&[Record::Have(bits(10, &[0]))]);
     let mut other = id();
     other.transfer = b"else".to_vec();
@@ -85,15 +85,21 @@ fn another_transfer_or_format_is_not_ours() {
     let mut relaid = id();
     relaid.files[0].0 = "d/renamed".into();
     assert_eq!(parse(&j, &relaid), Err(NotOurs::Other));
-    assert_eq!(parse(b"weirrsm1\0\0\0\0", &id()), Err(NotOurs::Format));
-    assert_eq!(parse(b"", &id()), Err(NotOurs::Format));
+    // Not readable as a header (the old format, a damaged header, nothing
+    // at all): still this transfer's journal by its name, so weir's files
+    // stay weir's, but nothing is vouched for; records found are hints.
     let mut bad = j.clone();
-    bad[12] ^= 1; // inside the header record
-    assert_eq!(parse(&bad, &id()), Err(NotOurs::Header));
-    // A journal whose first record is not the header.
+    bad[12] ^= 1;
     let mut v = MAGIC.to_vec();
     Record::Closed.encode(&mut v);
-    assert_eq!(parse(&v, &id()), Err(NotOurs::Header));
+    for data in [b"weirrsm1\0\0\0\0".to_vec(), Vec::new(), bad.clone(), v] {
+        let r = parse(&data, &id()).unwrap();
+        assert!(r.damaged && !r.clean);
+        assert_eq!(r.owned, [true; 3]);
+        assert_eq!(r.vouched.count(), 0);
+        assert_eq!(r.files, None);
+    }
+    assert_eq!(parse(&bad, &id()).unwrap().written.get(&0), Some(&1000));
 }
 
 /// The defect of the old format: one stray byte shifted every later record
@@ -282,8 +288,11 @@ proptest! {
             for p in r.vouched.iter_ones() {
                 prop_assert!(vouched.contains(&p), "piece {} was never recorded", p);
             }
+            // Ownership is kept whole only when the start is unreadable
+            // (and then nothing is vouched for, and no state is trusted).
+            let whole = r.owned.iter().all(|o| *o) && r.files.is_none() && r.vouched.count() == 0;
             for (i, o) in r.owned.iter().enumerate() {
-                prop_assert!(!o || owned.contains(&i), "file {} was never owned", i);
+                prop_assert!(!o || owned.contains(&i) || whole, "file {} was never owned", i);
             }
             prop_assert!(states.contains(&r.files));
         }
@@ -297,10 +306,10 @@ proptest! {
     ) {
         let mut j = journal(&[]);
         j.extend_from_slice(&junk);
-        if let Ok(r) = parse(&j, &id()) {
-            prop_assert_eq!(r.vouched.count(), 0);
-            prop_assert!(r.owned.iter().all(|o| !o));
-        }
+        let r = parse(&j, &id()).unwrap();
+        prop_assert_eq!(r.vouched.count(), 0);
+        prop_assert!(r.owned.iter().all(|o| !o));
+        prop_assert_eq!(r.files, None);
     }
 }
 
@@ -486,4 +495,16 @@ fn seeding_never_creates_and_skips_what_is_missing() {
     assert!(p.conflicts.is_empty());
     let p = plan(&l, &g, None, &[Found::Missing; 3], seed);
     assert_eq!(p.foreign.count() + p.had.count() + p.check.count(), 0);
+}
+
+#[test]
+fn a_journal_with_an_unreadable_start_costs_a_recheck_of_weirs_own_files() {
+    let (l, g) = layout();
+    let r = parse(b"garbage", &id()).unwrap();
+    let states = [st(1, 2500, 10), st(2, 0, 10), st(3, 7000, 10)];
+    let p = plan(&l, &g, Some(&r), &files_as(&states), download());
+    assert_eq!(p.files, [FileAction::Own; 3]);
+    assert!(p.conflicts.is_empty() && p.foreign.count() == 0);
+    assert_eq!(p.had.count(), 0);
+    assert_eq!(p.check.count(), 10);
 }

@@ -13,6 +13,7 @@ pub mod cap;
 pub mod chart;
 pub mod common;
 pub mod ed2k;
+pub mod killsuite;
 pub mod ramp;
 pub mod report;
 pub mod rtt;
@@ -21,7 +22,15 @@ pub mod zmodem;
 pub use common::BenchConfig;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 6] = ["bt-single", "ramp", "cap", "rtt", "zmodem", "ed2k"];
+pub const SCENARIOS: [&str; 7] = [
+    "bt-single",
+    "ramp",
+    "cap",
+    "rtt",
+    "zmodem",
+    "ed2k",
+    "killsuite",
+];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
 pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
@@ -32,6 +41,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "rtt" => rtt::run(cfg),
         "zmodem" => zmodem::run(cfg),
         "ed2k" => ed2k::run(cfg),
+        "killsuite" => killsuite::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

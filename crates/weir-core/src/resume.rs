@@ -572,8 +572,9 @@ pub struct Plan {
     /// Pieces to hash before they count (data that may be complete).
     pub check: Bitfield,
     /// Pieces partly written by an earlier run: `(piece, bytes from its
-    /// start)`, block-aligned, to hash and continue instead of fetching
-    /// again. Disjoint from `had` and `check`.
+    /// start)`, to hash and continue instead of fetching again (a protocol
+    /// that asks in whole blocks takes fewer). Disjoint from `had` and
+    /// `check`.
     pub partial: Vec<(u32, u32)>,
     /// Pieces that touch a foreign file: hashed before the transfer starts,
     /// because a foreign file must verify before anything is written.
@@ -618,7 +619,7 @@ impl Plan {
 
 /// Decides how to open a transfer: `journal` is what [`parse`] made of its
 /// journal (`None`: no usable journal), `found` what each file is on disk
-/// now. Partial pieces are resumed at a multiple of the geometry's block.
+/// now.
 pub fn plan(
     layout: &FileLayout,
     geo: &Geometry,
@@ -714,7 +715,6 @@ pub fn plan(
                 check.set(p);
             }
             Some(end) => {
-                let end = end - end % geo.block_len();
                 if end > 0 && opts.mode == Mode::Download {
                     partial.push((p, end));
                 }

@@ -324,21 +324,22 @@ impl Torrent {
         s
     }
 
-    /// An earlier run wrote the first `bytes` of `piece` (the storage layer
-    /// hashes them back before any new write to it): only the rest is asked
-    /// for. Call before any peer is added. Ignored for a piece that is had,
-    /// being checked, or not partial (whole blocks are resumed).
-    pub fn resume_partial(&mut self, piece: u32, bytes: u32) {
+    /// An earlier run wrote the first `bytes` of `piece`: only the rest is
+    /// asked for. Whole blocks are resumed; returns how many bytes were
+    /// taken (0: none), which the storage layer must hash back before any
+    /// new write to the piece. Call before any peer is added. Nothing is
+    /// taken of a piece that is had or being checked.
+    pub fn resume_partial(&mut self, piece: u32, bytes: u32) -> u32 {
         if piece >= self.geo.piece_count()
             || self.picker.had().get(piece)
             || self.checking.get(piece)
             || self.assembly.contains_key(&piece)
         {
-            return;
+            return 0;
         }
         let bytes = bytes - bytes % BLOCK_LEN;
         if bytes == 0 || bytes >= self.geo.piece_size(piece) {
-            return;
+            return 0;
         }
         self.picker.resume_prefix(piece, bytes);
         let a = self.assembly.entry(piece).or_default();
@@ -347,6 +348,7 @@ impl Torrent {
         // Blamed on nobody in particular if the piece fails.
         a.blocks_from.push((0, bytes, EARLIER_RUN));
         self.unverified += u64::from(bytes);
+        bytes
     }
 
     /// Switches between rarest-first and sequential picking.

@@ -21,8 +21,12 @@ use crate::inflate::BlockInflater;
 use crate::{AichHash, Md4Hash};
 
 /// Contiguous data goes to storage in runs of at least this much (or at
-/// the end of a part): one vectored write per run, not per block.
-const WRITE_RUN: u32 = 512 * 1024;
+/// the end of a part), blocks still arriving included ([`EARLY_RUN`]):
+/// what a killed download held in memory and loses is then less than a
+/// run.
+const WRITE_RUN: u32 = 64 * 1024;
+/// A block still arriving is handed to storage in runs of this much.
+const EARLY_RUN: u32 = 64 * 1024;
 /// In endgame a source gets duplicate blocks only while it has fewer than
 /// this pending.
 const ENDGAME_DEPTH: usize = 6;
@@ -429,7 +433,15 @@ impl Client {
                 let mut spans: Vec<BlockSpan> = Vec::with_capacity(n);
                 f.picker.pick(conn, has, n, &mut spans);
                 for s in spans {
-                    let start = f.geo.piece_offset(s.piece) + u64::from(s.begin);
+                    // A block an earlier run began is asked from where it
+                    // stopped.
+                    let skip = f
+                        .assembly
+                        .get(&s.piece)
+                        .map(|a| a.next)
+                        .filter(|&n| n > s.begin && n < s.begin + s.len)
+                        .map_or(0, |n| n - s.begin);
+                    let start = f.geo.piece_offset(s.piece) + u64::from(s.begin + skip);
                     if d.session.contains(&start) {
                         // Served once in this session already.
                         f.picker.release(conn, s.piece, s.begin);
@@ -439,7 +451,7 @@ impl Client {
                     d.pending.push_back(Pending {
                         span: s,
                         start,
-                        end: start + u64::from(s.len),
+                        end: start + u64::from(s.len - skip),
                         asked: false,
                         sent_at: now,
                         got: 0,
@@ -533,8 +545,45 @@ impl Client {
             if p.start + p.got == p.end {
                 let p = d.pending.remove(i).expect("index valid");
                 self.block_done(conn, p, now);
+            } else {
+                self.hand_early(conn, i);
             }
         }
+    }
+
+    /// Hands the bytes received so far of pending block `i` to storage
+    /// before the block is complete, when they continue the part's data
+    /// (at least [`EARLY_RUN`] of them, and not in endgame, where a block
+    /// may come from two sources): a download killed meanwhile keeps them,
+    /// and the next run asks for the rest of the block only.
+    fn hand_early(&mut self, conn: ConnId, i: usize) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let ip = super::canonical(c.addr.ip());
+        let Some(d) = c.down.as_mut() else {
+            return;
+        };
+        let f = &self.files[d.file as usize];
+        let Some(p) = d.pending.get_mut(i) else {
+            return;
+        };
+        let off = f.geo.piece_offset(p.span.piece);
+        let begin = (p.start - off) as u32;
+        let next = f.assembly.get(&p.span.piece).map_or(0, |a| a.next);
+        if p.got < u64::from(EARLY_RUN) || begin != next || f.picker.in_endgame() {
+            return;
+        }
+        let file = d.file;
+        let span = BlockSpan {
+            piece: p.span.piece,
+            begin,
+            len: p.got as u32,
+        };
+        let data = std::mem::take(&mut p.data);
+        p.start += p.got;
+        p.got = 0;
+        self.assemble(file, span, data, Some((conn, ip)));
     }
 
     /// `OP_COMPRESSEDPART`: a piece of the zlib stream of the block
@@ -618,7 +667,14 @@ impl Client {
                         d.pending.retain(|q| q.span != p.span);
                     }
                 }
-                self.assemble(file, p.span, p.data, Some((conn, ip)));
+                // The bytes received (a resumed block's rest only).
+                let off = self.files[file as usize].geo.piece_offset(p.span.piece);
+                let got = BlockSpan {
+                    piece: p.span.piece,
+                    begin: (p.start - off) as u32,
+                    len: (p.end - p.start) as u32,
+                };
+                self.assemble(file, got, p.data, Some((conn, ip)));
             }
             Received::Duplicate | Received::Unexpected => {
                 self.stats.wasted += u64::from(len);

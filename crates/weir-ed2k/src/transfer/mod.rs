@@ -739,31 +739,33 @@ impl Client {
         }
     }
 
-    /// An earlier run wrote the first `bytes` of part `piece` of `file`
-    /// (storage hashes them back before any new write to it): only the rest
-    /// is asked for. Call right after [`Client::add_download`]. Ignored for
-    /// a part that is had or checked, or not partial in whole blocks.
-    pub fn resume_partial(&mut self, file: FileId, piece: u32, bytes: u32) {
+    /// An earlier run wrote the first `bytes` of part `piece` of `file`:
+    /// only the rest is asked for (from that byte: a block begun is asked
+    /// from where it stopped). Returns the bytes taken (0: none), which the
+    /// storage layer must hash back before any new write to the part. Call
+    /// right after [`Client::add_download`]; nothing is taken of a part
+    /// that is had or checked.
+    pub fn resume_partial(&mut self, file: FileId, piece: u32, bytes: u32) -> u32 {
         let Some(f) = self.files.get_mut(file as usize) else {
-            return;
+            return 0;
         };
         if piece >= f.geo.piece_count()
             || f.picker.had().get(piece)
             || f.checking.get(piece)
             || f.assembly.contains_key(&piece)
+            || bytes == 0
+            || bytes >= f.geo.piece_size(piece)
         {
-            return;
+            return 0;
         }
-        let bytes = bytes - bytes % f.geo.block_len();
-        if bytes == 0 || bytes >= f.geo.piece_size(piece) {
-            return;
-        }
+        // Whole blocks are received; the block begun is asked from `bytes`.
         f.picker.resume_prefix(piece, bytes);
         let a = f.assembly.entry(piece).or_default();
         a.handed = bytes;
         a.next = bytes;
         a.from.push((0, bytes, None));
         f.unverified += u64::from(bytes);
+        bytes
     }
 
     /// Periodic work: pipeline sizing, timeouts.

@@ -309,15 +309,6 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     let opened = tokio::task::spawn_blocking(move || storage::open(spec, opts, None))
         .await
         .map_err(|e| BtError::Storage(format!("opening storage: {e}")))??;
-    let (had, check, partial) = (
-        opened.had.clone(),
-        opened.check.clone(),
-        opened.partial.clone(),
-    );
-    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
-    let storage = opened
-        .start(digests, storage_tx)
-        .map_err(|e| BtError::Storage(e.to_string()))?;
 
     let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
     let mut tcfg = TorrentConfig::new(cfg.peer_id);
@@ -328,10 +319,18 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         tcfg.max_requests = m;
     }
     tcfg.download = !cfg.seed_only;
-    let mut torrent = Torrent::new(&meta, tcfg, &had, &check);
-    for (piece, bytes) in partial {
-        torrent.resume_partial(piece, bytes);
-    }
+    let mut torrent = Torrent::new(&meta, tcfg, &opened.had, &opened.check);
+    // Partly written pieces continue where they stopped (as far as the
+    // torrent takes them); storage hashes their start back first.
+    let resumed: Vec<(u32, u32)> = opened
+        .partial
+        .iter()
+        .map(|&(piece, bytes)| (piece, torrent.resume_partial(piece, bytes)))
+        .collect();
+    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let storage = opened
+        .start(digests, &resumed, storage_tx)
+        .map_err(|e| BtError::Storage(e.to_string()))?;
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {
         phase: if torrent.is_checking() {

@@ -270,7 +270,7 @@ pub async fn start(
         ccfg.max_requests = m.max(1);
     }
     let mut client = Client::new(ccfg);
-    let mut places: HashMap<FileId, Opened> = HashMap::new();
+    let mut places: HashMap<FileId, (Opened, Vec<(u32, u32)>)> = HashMap::new();
     for s in &shares {
         // The user named this file: a link to it is theirs to follow.
         let path = std::fs::canonicalize(&s.path)
@@ -301,7 +301,7 @@ pub async fn start(
         let id = client
             .add_shared(name, &s.hashes)
             .map_err(|e| Ed2kError::File(e.to_string()))?;
-        places.insert(id, opened);
+        places.insert(id, (opened, Vec::new()));
     }
     let mut sources: Vec<SocketAddr> = cfg.peers.clone();
     for link in &downloads {
@@ -329,10 +329,14 @@ pub async fn start(
         let id = client
             .add_download(link, &opened.had, &opened.check)
             .map_err(|e| Ed2kError::File(e.to_string()))?;
-        for &(piece, bytes) in &opened.partial {
-            client.resume_partial(id, piece, bytes);
-        }
-        places.insert(id, opened);
+        // Partly written parts continue where they stopped; storage hashes
+        // their start back first.
+        let resumed = opened
+            .partial
+            .iter()
+            .map(|&(piece, bytes)| (piece, client.resume_partial(id, piece, bytes)))
+            .collect();
+        places.insert(id, (opened, resumed));
         sources.extend(
             link.sources
                 .iter()
@@ -462,8 +466,9 @@ const SERVER_RETRY: Duration = Duration::from_secs(30);
 
 struct Driver {
     client: Client,
-    /// Files whose storage is open but not started (digests unknown).
-    places: HashMap<FileId, Opened>,
+    /// Files whose storage is open but not started (digests unknown), with
+    /// the partly written parts the client continues.
+    places: HashMap<FileId, (Opened, Vec<(u32, u32)>)>,
     storages: HashMap<FileId, DiskStorage>,
     storage_tx: mpsc::UnboundedSender<(FileId, StorageEvent)>,
     cfg: Ed2kConfig,
@@ -517,7 +522,7 @@ impl Driver {
         let derived: Vec<FileId> = self
             .places
             .iter()
-            .filter(|(f, o)| self.client.digests(**f).is_none() && o.digests().is_some())
+            .filter(|(f, (o, _))| self.client.digests(**f).is_none() && o.digests().is_some())
             .map(|(f, _)| *f)
             .collect();
         for f in derived {
@@ -773,15 +778,17 @@ impl Driver {
         if self.storages.contains_key(&file) {
             return Ok(());
         }
-        let Some(opened) = self.places.remove(&file) else {
+        let Some((opened, resumed)) = self.places.remove(&file) else {
             return Err("file without storage".into());
         };
         let Some(digests) = self.client.digests(file).or_else(|| opened.digests()) else {
-            self.places.insert(file, opened);
+            self.places.insert(file, (opened, resumed));
             return Err("file without digests".into());
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let storage = opened.start(digests, tx).map_err(|e| e.to_string())?;
+        let storage = opened
+            .start(digests, &resumed, tx)
+            .map_err(|e| e.to_string())?;
         let merged = self.storage_tx.clone();
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {

@@ -3,13 +3,16 @@
 //! When a transfer opens, the journal is read and replaced by a compact one
 //! (written to a temporary name, flushed, renamed over the old one), so it
 //! never grows across runs and a crash while compacting leaves the old one.
-//! While the transfer runs, one thread owns the journal:
-//! - right after each write it appends a [`Record::Written`] hint, with no
-//!   flush (a hint is never trusted: it only says what to hash again after
-//!   a crash, so a piece that was complete is not fetched again);
-//! - verified pieces wait until their data is durable: at most every
-//!   [`SYNC_BYTES`] of them or [`SYNC_AFTER`], and when the transfer
-//!   closes, the thread `fdatasync`s the data files, then appends one
+//! While the transfer runs:
+//! - the writer thread appends a [`Record::Written`] hint right after each
+//!   write, with no flush (a hint is never trusted: it only says what to
+//!   hash again after a crash, so a piece that was complete is not fetched
+//!   again). It does so itself, so a hint never waits behind a flush: a
+//!   process killed while the journal thread waits for the disk still
+//!   leaves the hints of everything it wrote;
+//! - the journal thread holds verified pieces until their data is durable:
+//!   at most every [`SYNC_BYTES`] of them or [`SYNC_AFTER`], and when the
+//!   transfer closes, it `fdatasync`s the data files, then appends one
 //!   [`Record::Verified`] and the files' states, then `fdatasync`s the
 //!   journal. A piece is therefore never vouched for before its bytes are
 //!   on the disk.
@@ -30,27 +33,78 @@ use super::error::OpenError;
 use super::files::Files;
 
 /// Verified bytes that wait for a flush at most.
-pub(crate) const SYNC_BYTES: u64 = 64 << 20;
+pub(crate) const SYNC_BYTES: u64 = 32 << 20;
 /// How long verified pieces wait for a flush at most.
-pub(crate) const SYNC_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const SYNC_AFTER: Duration = Duration::from_millis(250);
 /// A journal larger than this is not read (it cannot be one weir wrote for
 /// a sane transfer; the transfer is then hashed instead).
 const MAX_READ: u64 = 256 << 20;
 
-/// What the storage threads tell the journal.
+/// What the storage threads tell the journal thread.
 #[derive(Debug)]
 pub(crate) enum Note {
-    /// Bytes `[0, end)` of `piece` are written; `verified` when this write
-    /// completed the piece and it matched.
-    Written {
-        piece: u32,
-        end: u32,
-        verified: bool,
-    },
+    /// `piece` was written whole and matched (its hint is appended).
+    Written { piece: u32 },
     /// `piece` matched when hashed from what is stored.
     Checked { piece: u32 },
     /// These pieces' stored data is gone.
     Lost(Vec<u32>),
+}
+
+/// The open journal, appended to by the writer (hints) and the journal
+/// thread (vouching); each append is one `write` under a lock, flushes
+/// happen outside it.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    file: File,
+    shown: PathBuf,
+    lock: std::sync::Mutex<()>,
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl Journal {
+    /// The journal open at its end (from [`compact`]).
+    pub(crate) fn new(file: File, shown: PathBuf) -> Self {
+        Self {
+            file,
+            shown,
+            lock: std::sync::Mutex::new(()),
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Appends encoded records.
+    pub(crate) fn append(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let r = (&self.file).write_all(bytes);
+        if let Err(e) = &r {
+            self.warn(e);
+        }
+        r
+    }
+
+    /// Appends one record (a hint: failures only warn).
+    pub(crate) fn hint(&self, r: &Record) {
+        let _ = self.append(&r.to_bytes());
+    }
+
+    /// Makes what was appended durable.
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        let r = self.file.sync_data();
+        if let Err(e) = &r {
+            self.warn(e);
+        }
+        r
+    }
+
+    fn warn(&self, e: &std::io::Error) {
+        if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                "resume journal {}: {e}; pieces verified meanwhile may be hashed again next time",
+                self.shown.display()
+            );
+        }
+    }
 }
 
 /// The journal's file name for `stem`.
@@ -118,12 +172,9 @@ pub(crate) fn compact(
 
 /// The journal thread's state.
 pub(crate) struct Appender {
-    file: File,
-    shown: PathBuf,
+    journal: Arc<Journal>,
     files: Arc<Files>,
     geo: Geometry,
-    /// Hints not yet appended.
-    hints: Vec<u8>,
     /// Verified pieces waiting for their data to be durable.
     pending: Vec<u32>,
     pending_bytes: u64,
@@ -132,25 +183,21 @@ pub(crate) struct Appender {
     dirty: Vec<bool>,
     /// Pieces whose flush failed: never vouched for in this run.
     doubtful: Bitfield,
-    warned: bool,
 }
 
 impl Appender {
-    /// A journal thread appending to `file` (at its end).
-    pub(crate) fn new(file: File, shown: PathBuf, files: Arc<Files>, geo: Geometry) -> Self {
+    /// A journal thread vouching in `journal`.
+    pub(crate) fn new(journal: Arc<Journal>, files: Arc<Files>, geo: Geometry) -> Self {
         let n = files.layout().files().len();
         Self {
-            file,
-            shown,
+            journal,
             files,
             dirty: vec![false; n],
             doubtful: Bitfield::new(geo.piece_count()),
             geo,
-            hints: Vec::new(),
             pending: Vec::new(),
             pending_bytes: 0,
             since: None,
-            warned: false,
         }
     }
 
@@ -166,15 +213,6 @@ impl Appender {
             match msg {
                 Ok(n) => {
                     self.note(n);
-                    // Take what else is queued, then append the hints with
-                    // one write.
-                    for _ in 0..1024 {
-                        match rx.try_recv() {
-                            Ok(n) => self.note(n),
-                            Err(_) => break,
-                        }
-                    }
-                    self.append_hints();
                     if self.pending_bytes >= SYNC_BYTES {
                         self.flush(false);
                     }
@@ -183,7 +221,6 @@ impl Appender {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        self.append_hints();
         self.flush(true);
     }
 
@@ -200,16 +237,9 @@ impl Appender {
 
     fn note(&mut self, n: Note) {
         match n {
-            Note::Written {
-                piece,
-                end,
-                verified,
-            } => {
-                Record::Written { piece, end }.encode(&mut self.hints);
+            Note::Written { piece } => {
                 self.touch(piece);
-                if verified {
-                    self.vouch_later(piece);
-                }
+                self.vouch_later(piece);
             }
             Note::Checked { piece } => {
                 // Its bytes may be another process's, or ours from before a
@@ -222,9 +252,13 @@ impl Appender {
                 for &p in &pieces {
                     self.doubtful.set(p);
                 }
-                Record::Lost(pieces).encode(&mut self.hints);
-                self.append_hints();
-                let _ = self.file.sync_data();
+                if self
+                    .journal
+                    .append(&Record::Lost(pieces).to_bytes())
+                    .is_ok()
+                {
+                    let _ = self.journal.sync();
+                }
             }
         }
     }
@@ -236,27 +270,6 @@ impl Appender {
         self.pending.push(piece);
         self.pending_bytes += u64::from(self.geo.piece_size(piece));
         self.since.get_or_insert_with(Instant::now);
-    }
-
-    fn append_hints(&mut self) {
-        if self.hints.is_empty() {
-            return;
-        }
-        let r = self.file.write_all(&self.hints);
-        self.hints.clear();
-        if let Err(e) = r {
-            self.warn(&e);
-        }
-    }
-
-    fn warn(&mut self, e: &std::io::Error) {
-        if !self.warned {
-            self.warned = true;
-            tracing::warn!(
-                "resume journal {}: {e}; pieces verified meanwhile may be hashed again next time",
-                self.shown.display()
-            );
-        }
     }
 
     /// Makes the pending pieces' data durable, then vouches for them.
@@ -290,12 +303,8 @@ impl Appender {
         if closing {
             Record::Closed.encode(&mut buf);
         }
-        let r = self
-            .file
-            .write_all(&buf)
-            .and_then(|()| self.file.sync_data());
-        if let Err(e) = r {
-            self.warn(&e);
+        if self.journal.append(&buf).is_ok() {
+            let _ = self.journal.sync();
         }
     }
 }

@@ -52,7 +52,8 @@ pub use open::{DeriveDigests, OpenOptions, Opened, TransferSpec, open};
 pub use weir_core::resume::Mode;
 
 use files::{Files, WriteError};
-use journal::Note;
+use journal::{Journal, Note};
+use weir_core::resume::Record;
 
 /// Bytes submitted and not yet written (see [`DiskStorage::backlog`]) above
 /// which a driver stops reading its connections' packets: a few pieces or
@@ -122,11 +123,14 @@ impl Shared {
 
 impl Opened {
     /// Starts the workers: `digests` (all pieces) verify what is written;
-    /// events go to `events`. Partly written pieces are fed to the
+    /// events go to `events`. `resumed` are the partly written pieces the
+    /// core continues, `(piece, bytes)` as it accepted them (at most what
+    /// [`Opened::partial`] offered): their stored start is fed to the
     /// verifiers before any write.
     pub fn start(
         self,
         digests: Arc<[Digest]>,
+        resumed: &[(u32, u32)],
         events: UnboundedSender<StorageEvent>,
     ) -> std::io::Result<DiskStorage> {
         let geo = self.geometry;
@@ -137,16 +141,17 @@ impl Opened {
             closing: (Mutex::new(false), Condvar::new()),
             lost: Mutex::new(Default::default()),
         });
-        let (jtx, journal) = match self.journal {
+        let (jtx, jfile, journal) = match self.journal {
             Some((file, shown)) => {
                 let (tx, rx) = mpsc::channel::<Note>();
-                let app = journal::Appender::new(file, shown, self.files.clone(), geo);
+                let j = Arc::new(Journal::new(file, shown));
+                let app = journal::Appender::new(j.clone(), self.files.clone(), geo);
                 let h = thread::Builder::new()
                     .name("weir-journal".into())
                     .spawn(move || app.run(rx))?;
-                (Some(tx), Some(h))
+                (Some(tx), Some(j), Some(h))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let (wtx, wrx) = mpsc::channel::<WriteJob>();
         let backlog = Arc::new(AtomicU64::new(0));
@@ -155,12 +160,13 @@ impl Opened {
             let events = events.clone();
             let backlog = backlog.clone();
             let jtx = jtx.clone();
+            let jfile = jfile.clone();
             thread::Builder::new()
                 .name("weir-write".into())
                 .spawn(move || {
                     for job in wrx {
                         let len = job.data.iter().map(|d| d.len() as u64).sum();
-                        let ev = write_job(&shared, jtx.as_ref(), job);
+                        let ev = write_job(&shared, jfile.as_deref(), jtx.as_ref(), job);
                         backlog.fetch_sub(len, Ordering::Relaxed);
                         if let Some(ev) = ev
                             && events.send(ev).is_err()
@@ -217,7 +223,7 @@ impl Opened {
             shared,
             lock: self.lock,
         };
-        for &(piece, len) in &self.partial {
+        for &(piece, len) in resumed.iter().filter(|r| r.1 > 0) {
             let n = s.senders.len() as u64;
             let _ = s.senders[(u64::from(piece) % n) as usize].send(Job::Resume { piece, len });
         }
@@ -246,11 +252,15 @@ impl DiskStorage {
     /// Queues an operation. Never blocks.
     pub fn submit(&self, op: StorageOp) {
         let n = self.senders.len() as u64;
+        // Every operation on a piece goes to one worker, in order: writes
+        // must (the piece is hashed as written), and reads then come back
+        // in the order they were asked, so a peer receives each piece's
+        // blocks in order and can store it as it arrives.
         let w = match &op {
             StorageOp::Write { piece, .. }
             | StorageOp::Abandon { piece }
-            | StorageOp::Check { piece } => u64::from(*piece) % n,
-            StorageOp::Read { id, .. } => id % n,
+            | StorageOp::Check { piece }
+            | StorageOp::Read { piece, .. } => u64::from(*piece) % n,
         };
         self.backlog.fetch_add(write_len(&op), Ordering::Relaxed);
         // A closed worker means the transfer is shutting down.
@@ -291,6 +301,7 @@ fn write_len(op: &StorageOp) -> u64 {
 
 fn write_job(
     shared: &Shared,
+    hints: Option<&Journal>,
     journal: Option<&mpsc::Sender<Note>>,
     job: WriteJob,
 ) -> Option<StorageEvent> {
@@ -327,17 +338,21 @@ fn write_job(
             shared.files.dir().path().display()
         );
     }
-    if let Some(j) = journal {
+    if let Some(h) = hints {
         // A piece that failed holds nothing worth hashing again.
-        let _ = j.send(Note::Written {
+        h.hint(&Record::Written {
             piece: job.piece,
             end: if job.verdict == Some(false) {
                 0
             } else {
                 job.end
             },
-            verified: job.verdict == Some(true),
         });
+    }
+    if job.verdict == Some(true)
+        && let Some(j) = journal
+    {
+        let _ = j.send(Note::Written { piece: job.piece });
     }
     let ok = job.verdict?;
     if ok {

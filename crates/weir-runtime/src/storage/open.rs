@@ -393,6 +393,16 @@ pub fn open(
     } else {
         None
     };
+    if parsed.is_some() {
+        tracing::info!(
+            "{}: resuming with {} of {} pieces verified, {} to hash again, {} partly written",
+            spec.name,
+            had.count(),
+            geo.piece_count(),
+            check.count(),
+            plan.partial.len()
+        );
+    }
     Ok(Opened {
         had,
         check,

@@ -124,7 +124,7 @@ async fn writes_verify_read_back_and_resume_from_the_journal() {
     assert_eq!(fs::metadata(t.0.join("d/empty")).unwrap().len(), 0);
     assert_eq!(fs::metadata(t.0.join("d/e/b.bin")).unwrap().len(), 70_000);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
     for p in 0..g.piece_count() {
         submit_piece(&s, &g, &data, p, p == 1);
     }
@@ -385,7 +385,7 @@ async fn a_partly_written_piece_continues_where_it_stopped() {
     let data = data();
     let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
     // The first 16 KiB of piece 2, then the run ends.
     let at = 2 * PIECE as usize;
     s.submit(StorageOp::Write {
@@ -397,7 +397,7 @@ async fn a_partly_written_piece_continues_where_it_stopped() {
     let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
     assert_eq!(opened.partial, [(2, 16_384)]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[(2, 16_384)], tx).unwrap();
     s.submit(StorageOp::Write {
         piece: 2,
         begin: 16_384,
@@ -418,7 +418,7 @@ async fn a_truncated_file_loses_its_pieces_and_reads_fail_typed() {
     let opened = open(spec.clone(), OpenOptions::seed(), None).unwrap();
     assert!(opened.had.is_full());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
     // `d/e/b.bin` (bytes 30,000..100,000) cut to 40,000 bytes: the
     // transfer now ends at 70,000, inside piece 2.
     fs::OpenOptions::new()
@@ -480,7 +480,7 @@ async fn a_file_weir_did_not_create_is_compared_never_written() {
     let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
     assert_eq!(opened.had.iter_ones().collect::<Vec<_>>(), [0]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
     submit_piece(&s, &g, &data, 1, false);
     assert_eq!(verdicts(&mut rx, 1).await.get(&1), Some(&true));
     s.close();
@@ -502,7 +502,7 @@ async fn a_file_weir_did_not_create_is_compared_never_written() {
     let opened = opened.unwrap();
     assert!(!opened.had.get(1));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = opened.start(digests(&spec), tx).unwrap();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
     submit_piece(&s, &g, &other, 1, false);
     match rx.recv().await.unwrap() {
         StorageEvent::Failed { error } => {

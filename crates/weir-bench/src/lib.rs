@@ -14,6 +14,7 @@ pub mod chart;
 pub mod common;
 pub mod daemon;
 pub mod ed2k;
+pub mod killsuite;
 pub mod ramp;
 pub mod report;
 pub mod rtt;
@@ -39,7 +40,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 8] = [
     "bt-single",
     "ramp",
     "cap",
@@ -47,6 +48,7 @@ pub const SCENARIOS: [&str; 7] = [
     "zmodem",
     "ed2k",
     "daemon",
+    "killsuite",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -59,6 +61,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "zmodem" => zmodem::run(cfg),
         "ed2k" => ed2k::run(cfg),
         "daemon" => daemon::run(cfg),
+        "killsuite" => killsuite::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -22,6 +22,8 @@
 //! - [`policy`]: the network allow-list every socket and datagram obeys.
 //! - [`peers`]: known-peer lists (bounded, pruned), dial state and backoff,
 //!   bans, and the limits on connections, half-open dials and handshakes.
+//! - [`resume`]: the resume journal's checked format, and the decision of
+//!   what an opening transfer trusts, hashes again or must not touch.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
 
@@ -35,5 +37,6 @@ pub mod peers;
 pub mod picker;
 pub mod pipeline;
 pub mod policy;
+pub mod resume;
 pub mod safepath;
 pub mod storage;

@@ -205,6 +205,42 @@ impl Picker {
         self.had.set(piece);
     }
 
+    /// Marks the first `bytes` of a wanted `piece` received (rounded down to
+    /// whole blocks): an earlier run wrote them, and only the rest is asked
+    /// for. The piece is hashed as a whole when its last block arrives, so a
+    /// bad prefix fails the piece and it is fetched again. Ignored for a
+    /// piece that is not wanted, and when the prefix is the whole piece.
+    pub fn resume_prefix(&mut self, piece: u32, bytes: u32) {
+        if self.state.get(piece as usize) != Some(&State::Wanted) || self.geo.block_len() == 0 {
+            return;
+        }
+        let done = bytes / self.geo.block_len();
+        if done == 0 || done >= self.geo.blocks_in_piece(piece) {
+            return;
+        }
+        self.start_piece(piece);
+        let p = self.partial.get_mut(&piece).expect("just started");
+        for b in &mut p.blocks[..done as usize] {
+            *b = Block::Received;
+        }
+        p.free -= done;
+        p.received += done;
+        // A wanted piece's blocks were all counted free.
+        self.free_blocks -= u64::from(done);
+    }
+
+    /// A had piece's data is gone (a read failed, its file was truncated):
+    /// it is wanted again.
+    pub fn lose(&mut self, piece: u32) {
+        if self.state.get(piece as usize) != Some(&State::Had) {
+            return;
+        }
+        self.had.clear(piece);
+        self.state[piece as usize] = State::Wanted;
+        self.free_blocks += u64::from(self.geo.blocks_in_piece(piece));
+        self.bucket_insert(piece);
+    }
+
     /// Stops wanting `piece` (a deselected file). Had pieces stay had.
     pub fn skip(&mut self, piece: u32) {
         if self.state.get(piece as usize) == Some(&State::Wanted) {
@@ -709,5 +745,54 @@ mod tests {
                 proptest::prop_assert_eq!(free, p.free_blocks);
             }
         }
+    }
+
+    #[test]
+    fn a_resumed_prefix_is_not_asked_again() {
+        let mut p = Picker::new(geo(2, 4), Order::Sequential, 1);
+        p.resume_prefix(0, 2 * 16_384 + 100);
+        let mut out = Vec::new();
+        p.pick(1, PeerHas::All, 10, &mut out);
+        let asked: Vec<(u32, u32)> = out.iter().map(|s| (s.piece, s.begin)).collect();
+        // Piece 0 continues at its third block; piece 1 is whole.
+        assert_eq!(asked[..2], [(0, 2 * 16_384), (0, 3 * 16_384)], "{asked:?}");
+        assert_eq!(asked.len(), 2 + 4);
+        for s in &out {
+            p.received(1, s.piece, s.begin, s.len);
+        }
+        p.piece_verified(0);
+        p.piece_verified(1);
+        assert!(p.is_complete());
+        assert!(!p.in_endgame());
+        // A failed resumed piece is wanted whole again.
+        let mut p = Picker::new(geo(1, 4), Order::Sequential, 1);
+        p.resume_prefix(0, 3 * 16_384);
+        p.piece_failed(0);
+        let mut out = Vec::new();
+        assert_eq!(p.pick(1, PeerHas::All, 10, &mut out), 4);
+        // Nothing for a whole piece, an empty prefix, or a had piece.
+        let mut p = Picker::new(geo(2, 4), Order::Sequential, 1);
+        p.set_had(1);
+        p.resume_prefix(0, 4 * 16_384);
+        p.resume_prefix(0, 100);
+        p.resume_prefix(1, 16_384);
+        let mut out = Vec::new();
+        assert_eq!(p.pick(1, PeerHas::All, 10, &mut out), 4);
+    }
+
+    #[test]
+    fn a_lost_piece_is_wanted_again() {
+        let mut p = Picker::new(geo(3, 2), Order::Sequential, 1);
+        for i in 0..3 {
+            p.set_had(i);
+        }
+        assert!(p.is_complete());
+        p.lose(1);
+        p.lose(1);
+        assert!(!p.is_complete() && !p.had().get(1));
+        assert_eq!(p.bytes_left(), 2 * 16_384);
+        let mut out = Vec::new();
+        assert_eq!(p.pick(1, PeerHas::All, 10, &mut out), 2);
+        assert!(out.iter().all(|s| s.piece == 1));
     }
 }

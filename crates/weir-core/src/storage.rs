@@ -91,10 +91,48 @@ pub enum StorageEvent {
         /// The bytes, or what went wrong.
         data: Result<Bytes, String>,
     },
-    /// A write failed: the transfer cannot continue (disk full, permissions).
+    /// An upload read failed (an I/O error, or a file shorter than it
+    /// should be): nothing is sent for request `id`, and the pieces in
+    /// `lost` (the read's own, and any others the same fault destroyed)
+    /// are no longer had and must not be offered.
+    ReadFailed {
+        /// The read's token.
+        id: u64,
+        /// Pieces whose stored data is gone.
+        lost: Vec<u32>,
+        /// What went wrong.
+        fault: StorageFault,
+    },
+    /// A write failed: the transfer cannot continue (permissions, an I/O
+    /// error; a full disk only pauses writing).
     Failed {
         /// What went wrong, naming the file.
         error: String,
+    },
+}
+
+/// Why stored data could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StorageFault {
+    /// The system call failed (EIO, a file removed, ...).
+    #[error("{path}: {message}")]
+    Io {
+        /// The file, relative to the transfer's directory.
+        path: PathBuf,
+        /// The error number, when the system gave one.
+        errno: Option<i32>,
+        /// The system's message.
+        message: String,
+    },
+    /// The file is shorter than the transfer says (truncated under weir).
+    #[error("{path} is {len} bytes, shorter than the {want} it must hold")]
+    Truncated {
+        /// The file, relative to the transfer's directory.
+        path: PathBuf,
+        /// Its length now.
+        len: u64,
+        /// The length it must have.
+        want: u64,
     },
 }
 
@@ -195,6 +233,14 @@ pub struct OutOfOrder {
     pub expected: u32,
 }
 
+/// How a piece's hash stands while its bytes come in.
+struct Running {
+    hasher: Hasher,
+    next: u32,
+    /// The start of the piece could not be read back: it cannot verify.
+    poisoned: bool,
+}
+
 enum Hasher {
     Sha1(Sha1),
     Md4(Md4),
@@ -231,7 +277,7 @@ impl Hasher {
 pub struct PieceVerifier {
     geo: Geometry,
     expected: Arc<[Digest]>,
-    running: HashMap<u32, (Hasher, u32)>,
+    running: HashMap<u32, Running>,
 }
 
 impl std::fmt::Debug for PieceVerifier {
@@ -261,14 +307,15 @@ impl PieceVerifier {
         data: &[Bytes],
     ) -> Result<Option<bool>, OutOfOrder> {
         let want = self.expected.get(piece as usize).copied();
-        let (hasher, next) = self.running.entry(piece).or_insert_with(|| {
-            let h = want
+        let r = self.running.entry(piece).or_insert_with(|| Running {
+            hasher: want
                 .as_ref()
-                .map_or(Hasher::Sha1(Sha1::new()), Hasher::for_digest);
-            (h, 0)
+                .map_or(Hasher::Sha1(Sha1::new()), Hasher::for_digest),
+            next: 0,
+            poisoned: false,
         });
-        if begin != *next {
-            let expected = *next;
+        if begin != r.next {
+            let expected = r.next;
             if expected == 0 {
                 self.running.remove(&piece);
             }
@@ -279,15 +326,39 @@ impl PieceVerifier {
             });
         }
         for d in data {
-            hasher.update(d);
-            *next += d.len() as u32;
+            r.hasher.update(d);
+            r.next += d.len() as u32;
         }
-        if *next < self.geo.piece_size(piece) {
+        if r.next < self.geo.piece_size(piece) {
             return Ok(None);
         }
-        let (hasher, len) = self.running.remove(&piece).expect("entry exists");
-        let ok = len == self.geo.piece_size(piece) && want.is_some_and(|w| hasher.matches(&w));
+        let r = self.running.remove(&piece).expect("entry exists");
+        let ok = r.next == self.geo.piece_size(piece)
+            && !r.poisoned
+            && want.is_some_and(|w| r.hasher.matches(&w));
         Ok(Some(ok))
+    }
+
+    /// Starts `piece` from bytes already stored (a partly written piece of
+    /// an earlier run): `prefix` is fed as if written, and the next write
+    /// continues at its end. `None` means the prefix of `len` bytes could
+    /// not be read: the writes continue there but the piece fails.
+    pub fn resume(&mut self, piece: u32, prefix: Option<&[u8]>, len: u32) {
+        let want = self.expected.get(piece as usize).copied();
+        let mut hasher = want
+            .as_ref()
+            .map_or(Hasher::Sha1(Sha1::new()), Hasher::for_digest);
+        if let Some(p) = prefix {
+            hasher.update(p);
+        }
+        self.running.insert(
+            piece,
+            Running {
+                hasher,
+                next: len,
+                poisoned: prefix.is_none_or(|p| p.len() != len as usize),
+            },
+        );
     }
 
     /// Drops the running hash of `piece`.
@@ -358,6 +429,30 @@ mod tests {
         assert_eq!(v.write(1, 0, &[Bytes::from(bad)]), Ok(Some(false)));
         assert!(v.check(1, &data[32_768..]));
         assert!(!v.check(1, &data[32_767..]));
+    }
+
+    #[test]
+    fn a_resumed_piece_verifies_only_with_its_true_prefix() {
+        let data: Vec<u8> = (0..32_768u32).map(|i| (i * 13) as u8).collect();
+        let geo = Geometry::new(data.len() as u64, 32_768, 16_384).unwrap();
+        let digests: Vec<Digest> = vec![Digest::Sha1(Sha1::digest(&data).into())];
+        let mut v = PieceVerifier::new(geo, digests.into());
+        let rest = Bytes::copy_from_slice(&data[16_384..]);
+        v.resume(0, Some(&data[..16_384]), 16_384);
+        assert_eq!(
+            v.write(0, 16_384, std::slice::from_ref(&rest)),
+            Ok(Some(true))
+        );
+        let mut bad = data[..16_384].to_vec();
+        bad[5] ^= 1;
+        v.resume(0, Some(&bad), 16_384);
+        assert_eq!(
+            v.write(0, 16_384, std::slice::from_ref(&rest)),
+            Ok(Some(false))
+        );
+        // An unreadable prefix: the writes go on, the piece fails.
+        v.resume(0, None, 16_384);
+        assert_eq!(v.write(0, 16_384, &[rest]), Ok(Some(false)));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! becomes a storage read (adjacent requests are read together), and the
 //! data goes back as a header plus a slice of the read buffer.
 
+mod lost;
 mod peer;
 mod smartban;
 mod upload;
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
-use weir_core::content::{Accepted, Content, ContentConfig, ContentEvent, Sender};
+use weir_core::content::{Accepted, CONTENT_READ, Content, ContentConfig, ContentEvent, Sender};
 use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
@@ -89,6 +90,9 @@ pub struct TorrentConfig {
     /// Most requests in flight to one peer, whatever its rate (the
     /// pipeline sizes below this; 1 makes every block a round trip).
     pub max_requests: u32,
+    /// Download missing pieces (off: only upload what is had, as `weir
+    /// seed` does; the torrent is then never interested).
+    pub download: bool,
 }
 
 impl TorrentConfig {
@@ -106,6 +110,7 @@ impl TorrentConfig {
             seed: 0x5eed,
             client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
             max_requests: 4096,
+            download: true,
         }
     }
 }
@@ -334,6 +339,15 @@ impl Torrent {
         s
     }
 
+    /// An earlier run wrote the first `bytes` of `piece`: only the rest is
+    /// asked for. Whole blocks are resumed; returns how many bytes were
+    /// taken (0: none), which the storage layer must hash back before any
+    /// new write to the piece. Call before any peer is added. Nothing is
+    /// taken of a piece that is had or being checked.
+    pub fn resume_partial(&mut self, piece: u32, bytes: u32) -> u32 {
+        self.content.resume_partial(piece, bytes)
+    }
+
     /// Switches between rarest-first and sequential picking.
     pub fn set_order(&mut self, order: Order) {
         self.content.set_order(order);
@@ -350,7 +364,11 @@ impl Torrent {
     /// asking). Sent with the handshake it saves a round trip before the
     /// first request. Empty when there is nothing to say ahead.
     pub fn preamble(&self) -> Bytes {
-        if self.is_checking() || self.content.had().count() > 0 || self.content.is_complete() {
+        if !self.cfg.download
+            || self.is_checking()
+            || self.content.had().count() > 0
+            || self.content.is_complete()
+        {
             return Bytes::new();
         }
         let mut out = bytes::BytesMut::new();
@@ -535,6 +553,12 @@ impl Torrent {
         match self.content.handle_storage(ev) {
             None | Some(StorageEvent::PieceDone { .. }) => {}
             Some(StorageEvent::ReadDone { id, data }) => self.on_read_done(id, data, now),
+            Some(StorageEvent::ReadFailed { id, lost, .. }) => {
+                self.on_pieces_lost(&lost, now);
+                if id & CONTENT_READ == 0 {
+                    self.on_read_failed(id, now);
+                }
+            }
             Some(StorageEvent::Failed { error }) => self.events.push_back(Event::Fatal(error)),
         }
         self.flush();
@@ -627,7 +651,7 @@ impl Torrent {
 
     fn update_interest(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
-        let want = self.content.is_interesting(p.has.as_peer_has());
+        let want = self.cfg.download && self.content.is_interesting(p.has.as_peer_has());
         if want != p.am_interested {
             p.am_interested = want;
             p.send(

@@ -29,10 +29,10 @@ pub(super) struct Read {
     piece: u32,
     begin: u32,
     /// Bytes read (charged to the peer until the read is done).
-    len: u32,
+    pub(super) len: u32,
     /// The blocks to send from it (fewer after a cancel, none after a
     /// choke).
-    blocks: Vec<BlockRef>,
+    pub(super) blocks: Vec<BlockRef>,
 }
 
 /// Cancels of blocks already being read that a peer may send beyond the
@@ -81,7 +81,7 @@ impl Torrent {
         }
     }
 
-    fn choke(&mut self, conn: ConnId, now: Instant) {
+    pub(super) fn choke(&mut self, conn: ConnId, now: Instant) {
         let p = self.peers.get_mut(&conn).expect("caller checked");
         if p.am_choking {
             return;

@@ -37,6 +37,16 @@ pub(crate) struct Assembly {
 }
 
 impl Assembly {
+    /// A piece whose first `bytes` an earlier run wrote to storage.
+    pub(crate) fn resumed(bytes: u32) -> Self {
+        Self {
+            handed: bytes,
+            next: bytes,
+            from: vec![(0, bytes, None)],
+            ..Self::default()
+        }
+    }
+
     /// Adds a block; returns a run to write `(begin, chunks)` when one is
     /// due. `size` is the piece's length.
     pub(crate) fn add(

@@ -401,6 +401,51 @@ impl Content {
         }
     }
 
+    /// An earlier run wrote the first `bytes` of `piece` (its journal says
+    /// so): only the rest is asked for. Whole blocks are taken; returns how
+    /// many bytes were (0: none), which the storage layer must hash back
+    /// before any new write to the piece. Call before any peer asks for
+    /// blocks. Nothing is taken of a piece that is had, being checked or
+    /// already assembling; the piece is hashed whole when its last block
+    /// arrives, so a bad prefix fails it and it is fetched again.
+    pub fn resume_partial(&mut self, piece: u32, bytes: u32) -> u32 {
+        let block = self.geo.block_len();
+        if piece >= self.geo.piece_count()
+            || block == 0
+            || self.picker.had().get(piece)
+            || self.checking.get(piece)
+            || self.assembly.contains_key(&piece)
+        {
+            return 0;
+        }
+        let bytes = bytes - bytes % block;
+        if bytes == 0 || bytes >= self.geo.piece_size(piece) {
+            return 0;
+        }
+        self.picker.resume_prefix(piece, bytes);
+        self.assembly
+            .insert(piece, assembly::Assembly::resumed(bytes));
+        self.unverified += u64::from(bytes);
+        bytes
+    }
+
+    /// The stored data of `pieces` is gone (a read failed with EIO, a file
+    /// was truncated): those that were had are wanted again and no longer
+    /// offered. Returns them.
+    pub fn lose(&mut self, pieces: &[u32]) -> Vec<u32> {
+        let mut gone = Vec::new();
+        for &p in pieces {
+            if p < self.geo.piece_count() && self.picker.had().get(p) {
+                self.picker.lose(p);
+                gone.push(p);
+            }
+        }
+        if !gone.is_empty() {
+            self.complete_announced = false;
+        }
+        gone
+    }
+
     /// Puts back a block whose data is known good (kept by a repair).
     pub fn restore(&mut self, span: BlockSpan, data: Bytes) {
         const KEPT: PeerKey = PeerKey::MAX - 1;
@@ -499,6 +544,18 @@ impl Content {
             StorageEvent::ReadDone { id, data } if id & CONTENT_READ != 0 => {
                 self.on_evidence_read(id, data.ok());
                 None
+            }
+            StorageEvent::ReadFailed { id, lost, fault } => {
+                // What is gone is no longer had; the caller hears only of
+                // pieces that were (and of its own reads).
+                let lost = self.lose(&lost);
+                if id & CONTENT_READ != 0 {
+                    self.on_evidence_read(id, None);
+                    if lost.is_empty() {
+                        return None;
+                    }
+                }
+                Some(StorageEvent::ReadFailed { id, lost, fault })
             }
             other => Some(other),
         }

@@ -24,7 +24,7 @@ pub(super) type Sender = Contribution;
 
 /// Contiguous data goes to storage in runs of at least this much (or at
 /// the end of a part): one vectored write per run, not per block.
-const WRITE_RUN: u32 = 512 * 1024;
+const WRITE_RUN: u32 = 256 * 1024;
 
 #[derive(Debug)]
 pub(super) struct Recovery {

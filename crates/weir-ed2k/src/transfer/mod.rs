@@ -834,11 +834,32 @@ impl Client {
                 self.on_recovery_read(file, id, data, now)
             }
             Some(StorageEvent::ReadDone { id, data }) => self.on_read_done(id, data, now),
+            Some(StorageEvent::ReadFailed { id, fault, .. }) if id & repair::RECOVERY_READ != 0 => {
+                self.on_recovery_read(file, id, Err(fault.to_string()), now)
+            }
+            Some(StorageEvent::ReadFailed { id, fault, .. }) => {
+                // The peer it was for is dropped; when it comes back it is
+                // told the parts that are left.
+                self.on_read_done(id, Err(fault.to_string()), now)
+            }
             Some(StorageEvent::Failed { error }) => {
                 self.events.push_back(Event::Fatal { file, error })
             }
         }
         self.flush();
+    }
+
+    /// An earlier run wrote the first `bytes` of part `piece` of `file`:
+    /// only the rest is asked for, from the last whole block the prefix
+    /// holds. Returns the bytes taken (0: none), which the storage layer
+    /// must hash back before any new write to the part. Call
+    /// right after [`Client::add_download`]; nothing is taken of a part
+    /// that is had or checked.
+    pub fn resume_partial(&mut self, file: FileId, piece: u32, bytes: u32) -> u32 {
+        match self.files.get_mut(file as usize) {
+            Some(f) => f.content.resume_partial(piece, bytes),
+            None => 0,
+        }
     }
 
     /// Periodic work: pipeline sizing, timeouts.

@@ -28,7 +28,6 @@ use tokio::task::JoinHandle;
 use weir_bt::metainfo::Metainfo;
 use weir_bt::torrent::{ConnId, Event, Stats, Torrent, TorrentConfig};
 use weir_bt::wire::{Handshake, Limits, Message};
-use weir_core::bitfield::Bitfield;
 use weir_core::peers::{Admit, BookConfig, ConnCounts, ConnLimits, PeerBook, Source};
 use weir_core::picker::Order;
 use weir_core::policy::NetPolicy;
@@ -36,7 +35,7 @@ use weir_core::storage::{FileLayout, StorageEvent};
 
 use crate::bandwidth::Limiter;
 use crate::peerconn::{self, ConnEvent, Outgoing, WriteQueue};
-use crate::storage::{DiskStorage, StorageConfig, load_resume};
+use crate::storage::{self, DiskStorage, Mode, OpenError, OpenOptions, TransferSpec};
 
 /// How to run one torrent.
 #[derive(Clone, Debug)]
@@ -84,6 +83,13 @@ pub struct BtConfig {
     pub storage_workers: usize,
     /// Most requests in flight to one peer (`None`: the pipeline decides).
     pub max_requests: Option<u32>,
+    /// Upload what is in `out_dir`, never download (`weir seed`): nothing
+    /// is created or written, and a directory without the data is refused.
+    pub seed_only: bool,
+    /// Files weir did not create may be written into (`--overwrite`).
+    pub overwrite: bool,
+    /// Refuse to start a download that does not fit the free space.
+    pub space_check: bool,
 }
 
 impl BtConfig {
@@ -118,6 +124,9 @@ impl BtConfig {
             peer_id: new_peer_id(),
             storage_workers: 2,
             max_requests: None,
+            seed_only: false,
+            overwrite: false,
+            space_check: true,
         }
     }
 }
@@ -188,6 +197,10 @@ pub enum BtError {
     /// Files could not be created or written.
     #[error("storage: {0}")]
     Storage(String),
+    /// The files cannot be used as asked (links, someone else's data, no
+    /// data to seed, another process, no space).
+    #[error(transparent)]
+    Open(#[from] OpenError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -205,7 +218,7 @@ pub struct BtHandle {
     pub progress: watch::Receiver<Progress>,
     /// The address peers can reach us on, if listening.
     pub local_addr: Option<SocketAddr>,
-    stop: mpsc::Sender<Msg>,
+    halt: Arc<tokio::sync::Notify>,
     task: JoinHandle<Result<Summary, BtError>>,
 }
 
@@ -220,24 +233,26 @@ impl BtHandle {
     }
 
     /// Asks the torrent to stop (announces `stopped`, closes connections).
+    /// Heard even while the driver leaves its inputs unread (storage
+    /// behind, or the disk full).
     pub async fn stop(&self) {
-        let _ = self.stop.send(Msg::Stop).await;
+        self.halt.notify_one();
     }
 
     /// A handle that can stop the torrent after `wait` took this one.
     pub fn stopper(&self) -> Stopper {
-        Stopper(self.stop.clone())
+        Stopper(self.halt.clone())
     }
 }
 
 /// Stops a running torrent.
 #[derive(Clone, Debug)]
-pub struct Stopper(mpsc::Sender<Msg>);
+pub struct Stopper(Arc<tokio::sync::Notify>);
 
 impl Stopper {
     /// Asks the torrent to stop.
     pub async fn stop(&self) {
-        let _ = self.0.send(Msg::Stop).await;
+        self.0.notify_one();
     }
 }
 
@@ -268,7 +283,6 @@ pub(crate) enum Msg {
     },
     Conn(ConnEvent<Message>),
     TrackerPeers(Vec<SocketAddr>),
-    Stop,
 }
 
 impl From<ConnEvent<Message>> for Msg {
@@ -277,81 +291,26 @@ impl From<ConnEvent<Message>> for Msg {
     }
 }
 
-/// The layout of a torrent's files under `out_dir`.
-pub fn layout(meta: &Metainfo, out_dir: &std::path::Path) -> (PathBuf, FileLayout) {
+/// The layout of a torrent's files, relative to the download directory (a
+/// multi-file torrent's files under a folder named after it).
+pub fn layout(meta: &Metainfo) -> FileLayout {
     if meta.info.single_file {
         let f = &meta.info.files[0];
-        (
-            out_dir.to_path_buf(),
-            FileLayout::new([(PathBuf::from(&meta.info.name), f.length)]),
-        )
+        FileLayout::new([(PathBuf::from(&meta.info.name), f.length)])
     } else {
-        let root = out_dir.join(&meta.info.name);
-        let files = meta
-            .info
-            .files
-            .iter()
-            .map(|f| (f.path.iter().collect::<PathBuf>(), f.length));
-        (root, FileLayout::new(files))
+        let files = meta.info.files.iter().map(|f| {
+            let mut p = PathBuf::from(&meta.info.name);
+            p.extend(f.path.iter());
+            (p, f.length)
+        });
+        FileLayout::new(files)
     }
 }
 
 /// Starts a torrent: opens (and if needed checks) its files, binds the
 /// listener, dials the given peers and announces to trackers.
 pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtError> {
-    let (root, files) = layout(&meta, &cfg.out_dir);
-    let geometry = weir_core::geometry::Geometry::new(
-        meta.info.total_length(),
-        meta.info.piece_length,
-        weir_bt::wire::BLOCK_LEN,
-    )
-    .map_err(|e| BtError::Storage(e.to_string()))?;
-    let n = geometry.piece_count();
-    let journal = cfg
-        .out_dir
-        .join(format!(".weir-resume-{}", hex16(&meta.info_hash)));
-    // What is on disk already: trust the resume journal; without one, hash
-    // whatever files pre-exist.
-    let existed: Vec<bool> = files
-        .files()
-        .iter()
-        .map(|f| std::fs::metadata(root.join(&f.path)).is_ok_and(|m| m.len() > 0))
-        .collect();
-    let journal_exists = journal.exists();
-    let mut had = if journal_exists && !cfg.recheck {
-        load_resume(&journal, &meta.info_hash, &root, &files, &geometry)
-    } else {
-        Bitfield::new(n)
-    };
-    let mut check = Bitfield::new(n);
-    if cfg.recheck || !journal_exists {
-        for (i, e) in existed.iter().enumerate() {
-            if *e {
-                for p in files.pieces_of_file(i, &geometry) {
-                    check.set(p);
-                }
-            }
-        }
-        if cfg.recheck {
-            had = Bitfield::new(n);
-            let _ = std::fs::remove_file(&journal);
-        }
-    }
-    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
-    let storage = DiskStorage::open(
-        StorageConfig {
-            root,
-            layout: files,
-            geometry,
-            digests: Torrent::digests(&meta),
-            journal: Some(journal),
-            transfer_id: meta.info_hash.to_vec(),
-            workers: cfg.storage_workers,
-        },
-        storage_tx,
-    )
-    .map_err(|e| BtError::Storage(e.to_string()))?;
-
+    // Bound first: a port in use fails before the download's lock is taken.
     let listener = match cfg.listen {
         Some(addr) => Some(
             crate::net::listen_tcp(addr)
@@ -360,6 +319,39 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         ),
         None => None,
     };
+    let geometry = weir_core::geometry::Geometry::new(
+        meta.info.total_length(),
+        meta.info.piece_length,
+        weir_bt::wire::BLOCK_LEN,
+    )
+    .map_err(|e| BtError::Storage(e.to_string()))?;
+    // Storage is protocol-neutral: the layout, the digests, a journal.
+    let digests = Torrent::digests(&meta);
+    let spec = TransferSpec {
+        dir: cfg.out_dir.clone(),
+        layout: layout(&meta),
+        geometry,
+        digests: Some(digests.clone()),
+        id: meta.info_hash.to_vec(),
+        stem: hex16(&meta.info_hash),
+        name: meta.info.name.clone(),
+    };
+    let opts = OpenOptions {
+        mode: if cfg.seed_only {
+            Mode::Seed
+        } else {
+            Mode::Download
+        },
+        recheck: cfg.recheck,
+        overwrite: cfg.overwrite,
+        space_check: cfg.space_check,
+        workers: cfg.storage_workers,
+        ..OpenOptions::download()
+    };
+    let opened = tokio::task::spawn_blocking(move || storage::open(spec, opts, None))
+        .await
+        .map_err(|e| BtError::Storage(format!("opening storage: {e}")))??;
+
     let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
     let mut tcfg = TorrentConfig::new(cfg.peer_id);
     tcfg.order = cfg.order;
@@ -371,7 +363,19 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     // Most block data the torrent queues for one peer: its upload
     // watermark plus the one read that may cross it.
     let upload_bound = tcfg.upload_watermark + u64::from(tcfg.max_read);
-    let torrent = Torrent::new(&meta, tcfg, &had, &check);
+    tcfg.download = !cfg.seed_only;
+    let mut torrent = Torrent::new(&meta, tcfg, &opened.had, &opened.check);
+    // Partly written pieces continue where they stopped (as far as the
+    // torrent takes them); storage hashes their start back first.
+    let resumed: Vec<(u32, u32)> = opened
+        .partial
+        .iter()
+        .map(|&(piece, bytes)| (piece, torrent.resume_partial(piece, bytes)))
+        .collect();
+    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let storage = opened
+        .start(digests, &resumed, storage_tx)
+        .map_err(|e| BtError::Storage(e.to_string()))?;
     let total = meta.info.total_length();
     let (progress_tx, progress_rx) = watch::channel(Progress {
         phase: if torrent.is_checking() {
@@ -388,6 +392,7 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
     let (tx, rx) = mpsc::channel::<Msg>(32);
     let write_limit = cfg.write_queue_limit.unwrap_or(upload_bound + (1 << 20));
     let book = PeerBook::new(cfg.book.clone(), cfg.policy.clone(), fastrand_seed());
+    let halt = Arc::new(tokio::sync::Notify::new());
     let driver = Driver {
         meta,
         torrent,
@@ -408,11 +413,11 @@ pub async fn start(meta: Arc<Metainfo>, cfg: BtConfig) -> Result<BtHandle, BtErr
         listener: None,
         accept_task: None,
     };
-    let task = tokio::spawn(driver.run(rx, storage_rx, listener));
+    let task = tokio::spawn(driver.run(rx, storage_rx, listener, halt.clone()));
     Ok(BtHandle {
         progress: progress_rx,
         local_addr,
-        stop: tx,
+        halt,
         task,
     })
 }
@@ -464,6 +469,7 @@ impl Driver {
         mut rx: mpsc::Receiver<Msg>,
         mut storage_rx: mpsc::UnboundedReceiver<StorageEvent>,
         listener: Option<TcpListener>,
+        halt: Arc<tokio::sync::Notify>,
     ) -> Result<Summary, BtError> {
         for p in self.cfg.peers.clone() {
             self.add_known(p, Source::Manual);
@@ -505,9 +511,10 @@ impl Driver {
                     }
                 }
                 m = rx.recv(), if !backlogged => match m {
-                    Some(Msg::Stop) | None => break,
+                    None => break,
                     Some(m) => self.handle(m),
                 },
+                _ = halt.notified() => break,
                 _ = sleep_until(deadline) => {
                     self.torrent.handle_timeout(Instant::now());
                 }
@@ -616,7 +623,6 @@ impl Driver {
                 tracing::debug!("tracker: {n} new peers");
                 self.dial_more();
             }
-            Msg::Stop => {}
         }
     }
 

@@ -18,16 +18,17 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use weir_core::bitfield::Bitfield;
 use weir_core::peers::{Added, Admit, BookConfig, ConnCounts, ConnLimits, PeerBook, Source};
 use weir_core::picker::Order;
 use weir_core::policy::NetPolicy;
-use weir_core::storage::{FileLayout, StorageEvent};
+use weir_core::storage::{Digest, FileLayout, StorageEvent};
+use weir_ed2k::Md4Hash;
 use weir_ed2k::hash::FileHashes;
 use weir_ed2k::link::FileLink;
 use weir_ed2k::packet::Packet;
@@ -40,7 +41,7 @@ use super::conn::{self, PeerDecoder, ServerPacket};
 use super::userhash::UserHash;
 use crate::bandwidth::Limiter;
 use crate::peerconn::{self, ConnEvent, Outgoing, WriteQueue};
-use crate::storage::{DiskStorage, StorageConfig, load_resume};
+use crate::storage::{self, DiskStorage, OpenError, OpenOptions, Opened, TransferSpec};
 
 /// How to run the client.
 #[derive(Clone, Debug)]
@@ -93,6 +94,10 @@ pub struct Ed2kConfig {
     pub accept_compressed: bool,
     /// Rarest first or sequential.
     pub order: Order,
+    /// Files weir did not create may be written into (`--overwrite`).
+    pub overwrite: bool,
+    /// Refuse to start a download that does not fit the free space.
+    pub space_check: bool,
 }
 
 impl Ed2kConfig {
@@ -130,6 +135,8 @@ impl Ed2kConfig {
             upload_slots: 8,
             accept_compressed: true,
             order: Order::RarestFirst,
+            overwrite: false,
+            space_check: true,
         }
     }
 }
@@ -201,6 +208,10 @@ pub enum Ed2kError {
     /// A file could not be added.
     #[error("{0}")]
     File(String),
+    /// The files cannot be used as asked (links, someone else's data,
+    /// another process, no space).
+    #[error(transparent)]
+    Open(#[from] OpenError),
 }
 
 /// A running client.
@@ -210,7 +221,7 @@ pub struct Ed2kHandle {
     pub progress: watch::Receiver<Progress>,
     /// The address peers can reach us on, if listening.
     pub local_addr: Option<SocketAddr>,
-    stop: mpsc::Sender<Msg>,
+    halt: Arc<tokio::sync::Notify>,
     task: JoinHandle<Result<Summary, Ed2kError>>,
 }
 
@@ -226,18 +237,19 @@ impl Ed2kHandle {
 
     /// A handle that can stop the client after `wait` took this one.
     pub fn stopper(&self) -> Stopper {
-        Stopper(self.stop.clone())
+        Stopper(self.halt.clone())
     }
 }
 
-/// Stops a running client.
+/// Stops a running client (heard even while the driver leaves its inputs
+/// unread: storage behind, or the disk full).
 #[derive(Clone, Debug)]
-pub struct Stopper(mpsc::Sender<Msg>);
+pub struct Stopper(Arc<tokio::sync::Notify>);
 
 impl Stopper {
     /// Asks the client to stop.
     pub async fn stop(&self) {
-        let _ = self.0.send(Msg::Stop).await;
+        self.0.notify_one();
     }
 }
 
@@ -251,7 +263,6 @@ pub(crate) enum Msg {
     ServerUp { stream: TcpStream, addr: SocketAddr },
     ServerDown { addr: SocketAddr, error: String },
     Server(ConnEvent<ServerPacket>),
-    Stop,
 }
 
 impl From<ConnEvent<Packet>> for Msg {
@@ -297,64 +308,73 @@ pub async fn start(
         .write_queue_limit
         .unwrap_or(ccfg.upload_watermark + u64::from(ccfg.max_read) + (1 << 20));
     let mut client = Client::new(ccfg);
-    let mut places: HashMap<FileId, Place> = HashMap::new();
+    let mut places: HashMap<FileId, (Opened, Vec<(u32, u32)>)> = HashMap::new();
     for s in &shares {
-        let name = s
-            .path
+        // The user named this file: a link to it is theirs to follow.
+        let path = std::fs::canonicalize(&s.path)
+            .map_err(|e| Ed2kError::File(format!("{}: {e}", s.path.display())))?;
+        let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| Ed2kError::File(format!("{}: not a file", s.path.display())))?;
+        let spec = TransferSpec {
+            dir: path
+                .parent()
+                .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf()),
+            layout: FileLayout::new([(PathBuf::from(&name), s.hashes.size)]),
+            geometry: weir_ed2k::geometry(s.hashes.size),
+            digests: Some(s.hashes.part_digests().into()),
+            id: s.hashes.file_hash.0.to_vec(),
+            stem: journal_stem(&s.hashes.file_hash),
+            name: name.clone(),
+        };
+        // Hashed by the caller just now; shared as it is, read-only.
+        let opts = OpenOptions {
+            journal: false,
+            verified_by_caller: true,
+            workers: cfg.storage_workers,
+            ..OpenOptions::seed()
+        };
+        let opened = open_blocking(spec, opts, None).await?;
         let id = client
-            .add_shared(name.clone(), &s.hashes)
+            .add_shared(name, &s.hashes)
             .map_err(|e| Ed2kError::File(e.to_string()))?;
-        let root = s
-            .path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf());
-        places.insert(
-            id,
-            Place {
-                root,
-                layout: FileLayout::new([(PathBuf::from(name), s.hashes.size)]),
-                journal: None,
-            },
-        );
+        places.insert(id, (opened, Vec::new()));
     }
     let mut sources: Vec<SocketAddr> = cfg.peers.clone();
     for link in &downloads {
-        let layout = FileLayout::new([(PathBuf::from(&link.name), link.size)]);
-        let geo = weir_ed2k::geometry(link.size);
-        let journal = conn::journal_path(&cfg.out_dir, &link.hash);
-        let path = cfg.out_dir.join(&link.name);
-        let exists = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
-        let n = geo.piece_count();
-        let (had, check) = if cfg.recheck || !journal.exists() {
-            if cfg.recheck {
-                let _ = std::fs::remove_file(&journal);
-            }
-            let check = if exists {
-                Bitfield::full(n)
-            } else {
-                Bitfield::new(n)
-            };
-            (Bitfield::new(n), check)
-        } else {
-            (
-                load_resume(&journal, &link.hash.0, &cfg.out_dir, &layout, &geo),
-                Bitfield::new(n),
-            )
+        let spec = TransferSpec {
+            dir: cfg.out_dir.clone(),
+            layout: FileLayout::new([(PathBuf::from(&link.name), link.size)]),
+            geometry: weir_ed2k::geometry(link.size),
+            digests: link_digests(link),
+            id: link.hash.0.to_vec(),
+            stem: journal_stem(&link.hash),
+            name: link.name.clone(),
         };
+        let opts = OpenOptions {
+            recheck: cfg.recheck,
+            overwrite: cfg.overwrite,
+            space_check: cfg.space_check,
+            workers: cfg.storage_workers,
+            ..OpenOptions::download()
+        };
+        // Without the part hashes, a file already there proves itself by
+        // its file hash.
+        let (size, hash) = (link.size, link.hash);
+        let derive: storage::DeriveDigests = Box::new(move |r| derive_digests(r, size, hash));
+        let opened = open_blocking(spec, opts, Some(derive)).await?;
         let id = client
-            .add_download(link, &had, &check)
+            .add_download(link, &opened.had, &opened.check)
             .map_err(|e| Ed2kError::File(e.to_string()))?;
-        places.insert(
-            id,
-            Place {
-                root: cfg.out_dir.clone(),
-                layout,
-                journal: Some(journal),
-            },
-        );
+        // Partly written parts continue where they stopped; storage hashes
+        // their start back first.
+        let resumed = opened
+            .partial
+            .iter()
+            .map(|&(piece, bytes)| (piece, client.resume_partial(id, piece, bytes)))
+            .collect();
+        places.insert(id, (opened, resumed));
         sources.extend(
             link.sources
                 .iter()
@@ -377,6 +397,7 @@ pub async fn start(
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind (BACKLOG_LIMIT) the readers must stop soon after the driver does.
     let (tx, rx) = mpsc::channel::<Msg>(32);
+    let halt = Arc::new(tokio::sync::Notify::new());
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
     let (cfg_book, policy) = (cfg.book.clone(), cfg.policy.clone());
     let driver = Driver {
@@ -399,26 +420,62 @@ pub async fn start(
         server_retry: HashMap::new(),
         next_source_ask: None,
     };
-    let task = tokio::spawn(driver.run(rx, storage_rx, listener, sources));
+    let task = tokio::spawn(driver.run(rx, storage_rx, listener, sources, halt.clone()));
     Ok(Ed2kHandle {
         progress: progress_rx,
         local_addr,
-        stop: tx,
+        halt,
         task,
     })
+}
+
+/// Opens one file's storage on a blocking thread (it may hash).
+async fn open_blocking(
+    spec: TransferSpec,
+    opts: OpenOptions,
+    derive: Option<storage::DeriveDigests>,
+) -> Result<Opened, Ed2kError> {
+    tokio::task::spawn_blocking(move || storage::open(spec, opts, derive))
+        .await
+        .map_err(|e| Ed2kError::Storage(format!("opening storage: {e}")))?
+        .map_err(Ed2kError::Open)
+}
+
+/// Names the journal and lock of a file: `.weir-resume-ed2k-<hash>`.
+fn journal_stem(hash: &Md4Hash) -> String {
+    format!("ed2k-{}", hash.to_hex().to_ascii_lowercase())
+}
+
+/// The part digests a link gives (a file below one part: its file hash;
+/// otherwise its `p=` part hashes, if any).
+fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
+    let n = weir_ed2k::geometry(link.size).piece_count() as usize;
+    if weir_ed2k::hashset_len(link.size) == 0 {
+        return Some(vec![Digest::Md4(link.hash.0); n].into());
+    }
+    let hs = link.part_hashes.as_ref()?;
+    (hs.len() >= n).then(|| hs[..n].iter().map(|h| Digest::Md4(h.0)).collect())
+}
+
+/// The part digests of data that hashes to `hash` (`None` otherwise).
+fn derive_digests(r: &mut dyn std::io::Read, size: u64, hash: Md4Hash) -> Option<Arc<[Digest]>> {
+    let mut h = weir_ed2k::hash::Ed2kHasher::md4_only();
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(_) => return None,
+        }
+    }
+    let got = h.finish();
+    (got.size == size && got.file_hash == hash).then(|| got.part_digests().into())
 }
 
 fn seed_from_clock() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0x5eed, |d| d.as_nanos() as u64)
-}
-
-/// Where a file's bytes live.
-struct Place {
-    root: PathBuf,
-    layout: FileLayout,
-    journal: Option<PathBuf>,
 }
 
 struct ConnState {
@@ -445,7 +502,9 @@ const SERVER_RETRY: Duration = Duration::from_secs(30);
 
 struct Driver {
     client: Client,
-    places: HashMap<FileId, Place>,
+    /// Files whose storage is open but not started (digests unknown), with
+    /// the partly written parts the client continues.
+    places: HashMap<FileId, (Opened, Vec<(u32, u32)>)>,
     storages: HashMap<FileId, DiskStorage>,
     storage_tx: mpsc::UnboundedSender<(FileId, StorageEvent)>,
     cfg: Ed2kConfig,
@@ -471,6 +530,7 @@ impl Driver {
         mut storage_rx: mpsc::UnboundedReceiver<(FileId, StorageEvent)>,
         listener: Option<TcpListener>,
         sources: Vec<SocketAddr>,
+        halt: Arc<tokio::sync::Notify>,
     ) -> Result<Summary, Ed2kError> {
         if let Some(l) = listener {
             let tx = self.tx.clone();
@@ -493,6 +553,19 @@ impl Driver {
         let mut report = tokio::time::interval(Duration::from_millis(250));
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fatal = None;
+        // A file proven complete by its own data (digests derived, none in
+        // the link) gets its storage now: nothing else announces them.
+        let derived: Vec<FileId> = self
+            .places
+            .iter()
+            .filter(|(f, (o, _))| self.client.digests(**f).is_none() && o.digests().is_some())
+            .map(|(f, _)| *f)
+            .collect();
+        for f in derived {
+            if let Err(e) = self.open_storage(f) {
+                fatal = Some(e);
+            }
+        }
         self.after_input(&mut fatal);
         self.housekeeping();
         loop {
@@ -527,9 +600,10 @@ impl Driver {
                     }
                 }
                 m = rx.recv(), if !backlogged => match m {
-                    Some(Msg::Stop) | None => break,
+                    None => break,
                     Some(m) => self.handle(m),
                 },
+                _ = halt.notified() => break,
                 _ = sleep_until(deadline) => {
                     self.client.handle_timeout(Instant::now());
                 }
@@ -604,7 +678,6 @@ impl Driver {
                 self.server_retry.insert(addr, now + SERVER_RETRY);
             }
             Msg::Server(ev) => self.server_event(ev, now),
-            Msg::Stop => {}
         }
     }
 
@@ -782,28 +855,17 @@ impl Driver {
         if self.storages.contains_key(&file) {
             return Ok(());
         }
-        let (Some(place), Some(digests), Some(geometry), Some(hash)) = (
-            self.places.get(&file),
-            self.client.digests(file),
-            self.client.geometry(file),
-            self.client.file_hash(file),
-        ) else {
+        let Some((opened, resumed)) = self.places.remove(&file) else {
             return Err("file without storage".into());
         };
+        let Some(digests) = self.client.digests(file).or_else(|| opened.digests()) else {
+            self.places.insert(file, (opened, resumed));
+            return Err("file without digests".into());
+        };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let storage = DiskStorage::open(
-            StorageConfig {
-                root: place.root.clone(),
-                layout: place.layout.clone(),
-                geometry,
-                digests,
-                journal: place.journal.clone(),
-                transfer_id: hash.0.to_vec(),
-                workers: self.cfg.storage_workers,
-            },
-            tx,
-        )
-        .map_err(|e| e.to_string())?;
+        let storage = opened
+            .start(digests, &resumed, tx)
+            .map_err(|e| e.to_string())?;
         let merged = self.storage_tx.clone();
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {

@@ -1,9 +1,7 @@
 //! eD2k sockets before and around the driver: the packet decoders the
-//! shared reader ([`crate::peerconn`]) uses, dialling, and the files a
-//! transfer's storage needs.
+//! shared reader ([`crate::peerconn`]) uses, and dialling.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -107,14 +105,6 @@ pub(crate) fn local_ipv4(stream: &TcpStream) -> Option<std::net::Ipv4Addr> {
         IpAddr::V4(v4) => Some(v4),
         IpAddr::V6(v6) => v6.to_ipv4_mapped(),
     }
-}
-
-/// The resume journal of a download into `dir`.
-pub(crate) fn journal_path(dir: &Path, hash: &weir_ed2k::Md4Hash) -> PathBuf {
-    dir.join(format!(
-        ".weir-resume-ed2k-{}",
-        hash.to_hex().to_ascii_lowercase()
-    ))
 }
 
 /// Logs a packet's opcode, size and (for part requests and part data)

@@ -257,15 +257,15 @@ async fn writer(
             Some(Item::Data(stamp, b)) => {
                 wait_due(stamp, delay).await;
                 let len = b.len();
+                // Counted as written, also when the connection fails part
+                // way (the receiver may have read what got through).
                 let r = match &mut pacer {
-                    None => dst.write_all(&b).await,
-                    Some(p) => p.write(&mut dst, &b).await,
+                    None => write_counted(&mut dst, &b, &stats.bytes_out).await,
+                    Some(p) => p.write(&mut dst, &b, &stats.bytes_out).await,
                 };
                 sem.add_permits(len);
                 match r {
-                    Ok(()) => {
-                        stats.bytes_out.fetch_add(len as u64, Ordering::Relaxed);
-                    }
+                    Ok(()) => {}
                     Err(e) => {
                         stats.error(format!("write: {e}"));
                         break Shutdown::Both;
@@ -318,7 +318,12 @@ impl Pacer {
         }
     }
 
-    async fn write(&mut self, dst: &mut OwnedWriteHalf, data: &[u8]) -> io::Result<()> {
+    async fn write(
+        &mut self,
+        dst: &mut OwnedWriteHalf,
+        data: &[u8],
+        out: &AtomicU64,
+    ) -> io::Result<()> {
         for s in data.chunks(self.slice) {
             let now = Instant::now();
             let floor = now.checked_sub(self.burst).unwrap_or(now);
@@ -329,8 +334,25 @@ impl Pacer {
             if self.free > now {
                 tokio::time::sleep_until(self.free.into()).await;
             }
-            dst.write_all(s).await?;
+            write_counted(dst, s, out).await?;
         }
         Ok(())
     }
+}
+
+/// Writes all of `data`, adding each successful write's bytes to `out`.
+async fn write_counted(
+    dst: &mut OwnedWriteHalf,
+    mut data: &[u8],
+    out: &AtomicU64,
+) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = dst.write(data).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        out.fetch_add(n as u64, Ordering::Relaxed);
+        data = &data[n..];
+    }
+    Ok(())
 }

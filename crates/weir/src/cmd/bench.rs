@@ -13,7 +13,7 @@ use crate::exit::bad_input;
 /// Arguments of `weir bench`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Scenario: bt-single, ramp, cap, rtt, zmodem or ed2k.
+    /// Scenario: bt-single, ramp, cap, rtt, zmodem, ed2k or killsuite.
     #[arg(value_name = "SCENARIO")]
     scenario: String,
     /// Directory for the result files.

@@ -17,7 +17,7 @@ use weir_runtime::ed2k::{
     Ed2kConfig, Ed2kError, Ed2kServer, Phase, ServerOptions, SharedFile, userhash,
 };
 
-use crate::cmd::get::TransferOpts;
+use crate::cmd::get::{DirPolicy, TransferOpts, open_error};
 use crate::cmd::peers::{PeerWatch, Verdict};
 use crate::cmd::{Ctx, Signals, Stop};
 use crate::exit::bad_input;
@@ -113,6 +113,7 @@ pub(crate) fn get(
     out: &Path,
     seed: bool,
     opts: &TransferOpts,
+    dir: DirPolicy,
 ) -> anyhow::Result<ExitCode> {
     let link = FileLink::parse(link).map_err(|e| bad_input(format!("{e}")))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -120,7 +121,9 @@ pub(crate) fn get(
     let total = link.size;
     let no_source = (link.sources.is_empty() && opts.peers.is_empty() && opts.servers.is_empty())
         .then(|| "the link names no source and no --peer or --server was given".to_string());
-    let cfg = config(ctx, out.to_path_buf(), seed, opts)?;
+    let mut cfg = config(ctx, out.to_path_buf(), seed, opts)?;
+    cfg.overwrite = dir.overwrite;
+    cfg.space_check = dir.space_check;
     let watch = |listen| {
         PeerWatch::new(
             &label,
@@ -234,6 +237,7 @@ fn run(
             Err(Ed2kError::Listen { addr, source }) => {
                 return Err(crate::cmd::listen_error(addr, &source));
             }
+            Err(Ed2kError::Open(e)) => return Err(open_error(e)),
             Err(e) => return Err(e.into()),
         };
         if let Some(a) = handle.local_addr {

@@ -75,17 +75,52 @@ pub(crate) struct Args {
     /// Download pieces in order (for streaming and previews).
     #[arg(long)]
     sequential: bool,
+    /// Let the download write into files weir did not create (files of the
+    /// same names already in the directory are otherwise only verified,
+    /// and a download that would change them is refused).
+    #[arg(long)]
+    overwrite: bool,
+    /// Start even if the missing data exceeds the free space (files are
+    /// sparse; the download then pauses when the disk fills).
+    #[arg(long)]
+    no_space_check: bool,
     #[command(flatten)]
     opts: TransferOpts,
 }
 
+/// What a transfer may do to its directory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirPolicy {
+    /// Upload what is there; never create or write (`weir seed`).
+    pub(crate) seed_only: bool,
+    /// Write into files weir did not create (`--overwrite`).
+    pub(crate) overwrite: bool,
+    /// Refuse a download larger than the free space.
+    pub(crate) space_check: bool,
+}
+
+/// A storage refusal the user can act on exits 2 (its message says what
+/// to do); others (another process holds the download) exit 1.
+pub(crate) fn open_error(e: weir_runtime::storage::OpenError) -> anyhow::Error {
+    if e.is_user_error() {
+        bad_input(e.to_string())
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
 /// Runs `weir get`.
 pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
+    let dir = DirPolicy {
+        seed_only: false,
+        overwrite: args.overwrite,
+        space_check: !args.no_space_check,
+    };
     if let Some(link) = args.sources.iter().find(|s| s.starts_with("ed2k://")) {
         if args.sources.len() > 1 {
             return Err(bad_input("an ed2k:// link is downloaded on its own"));
         }
-        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts);
+        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts, dir);
     }
     let metas = args
         .sources
@@ -97,7 +132,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Order::RarestFirst
     };
-    run_torrents(ctx, metas, args.out, args.seed, order, &args.opts)
+    run_torrents(ctx, metas, args.out, args.seed, order, &args.opts, dir)
 }
 
 /// Reads and checks a .torrent; a bad one exits 2 naming the problem.
@@ -165,6 +200,7 @@ pub(crate) fn run_torrents(
     seed: bool,
     order: Order,
     opts: &TransferOpts,
+    dir: DirPolicy,
 ) -> anyhow::Result<ExitCode> {
     let peers = resolve_peers(ctx, &opts.peers)?;
     let rt = crate::cmd::runtime()?;
@@ -177,6 +213,9 @@ pub(crate) fn run_torrents(
         base.max_peers = opts.max_peers;
         base.recheck = opts.recheck;
         base.max_requests = opts.max_requests;
+        base.seed_only = dir.seed_only;
+        base.overwrite = dir.overwrite;
+        base.space_check = dir.space_check;
         base.down = limiter(&opts.max_down, "--max-down")?;
         base.up = limiter(&opts.max_up, "--max-up")?;
         let mut signals = Signals::new()?;
@@ -192,6 +231,7 @@ pub(crate) fn run_torrents(
                 Err(bt::BtError::Listen { addr, source }) => {
                     return Err(crate::cmd::listen_error(addr, &source));
                 }
+                Err(bt::BtError::Open(e)) => return Err(open_error(e)),
                 Err(e) => return Err(e.into()),
             };
             if let Some(a) = handle.local_addr {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use weir_core::picker::Order;
 
 use crate::cmd::Ctx;
-use crate::cmd::get::{TransferOpts, load_torrent, run_torrents};
+use crate::cmd::get::{DirPolicy, TransferOpts, load_torrent, run_torrents};
 use crate::exit::bad_input;
 
 /// Arguments of `weir seed`.
@@ -35,6 +35,8 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         ));
     };
     let meta = load_torrent(&torrent.to_string_lossy())?;
+    // Seeding never downloads: a directory without the data is refused
+    // (exit 2), and partial data is seeded as far as it verifies.
     run_torrents(
         ctx,
         vec![meta],
@@ -42,5 +44,10 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         true,
         Order::RarestFirst,
         &args.opts,
+        DirPolicy {
+            seed_only: true,
+            overwrite: false,
+            space_check: false,
+        },
     )
 }

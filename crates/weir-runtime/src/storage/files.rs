@@ -1,0 +1,336 @@
+//! A transfer's data files: byte ranges of the transfer read and written
+//! across them, files weir may not modify compared instead of written,
+//! flushes and recorded states.
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bytes::{Bytes, BytesMut};
+use weir_core::geometry::Geometry;
+use weir_core::resume::FileState;
+use weir_core::storage::{FileLayout, StorageFault};
+
+use super::dir::{Access, SafeDir};
+use super::error::OpenError;
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    /// The disk (or quota) is full: try again later.
+    #[error("{path}: {source}")]
+    Full {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// A file weir may not modify holds other bytes than the transfer's.
+    #[error(
+        "{path} holds other data than the download at byte {offset}; weir does not write into files it did not create: move it away, choose another -o, or pass --overwrite"
+    )]
+    Differs {
+        /// The file.
+        path: PathBuf,
+        /// Where in it.
+        offset: u64,
+    },
+    /// Any other failure.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// A read that failed: the file it concerns and why.
+#[derive(Debug)]
+pub(crate) struct ReadError {
+    pub(crate) file: usize,
+    pub(crate) fault: StorageFault,
+}
+
+/// The files of one transfer under its download directory.
+#[derive(Debug)]
+pub(crate) struct Files {
+    dir: Arc<SafeDir>,
+    layout: FileLayout,
+    /// Per file: weir may write it (otherwise writes are compared).
+    writable: Vec<bool>,
+    access: Access,
+    fds: Vec<OnceLock<File>>,
+}
+
+impl Files {
+    /// The files of `layout` under `dir`, opened when first used; those
+    /// not `writable` are never written (opened read-only if none is).
+    pub(crate) fn new(dir: Arc<SafeDir>, layout: FileLayout, writable: Vec<bool>) -> Self {
+        let access = if writable.iter().any(|w| *w) {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        Self {
+            fds: (0..layout.files().len()).map(|_| OnceLock::new()).collect(),
+            dir,
+            layout,
+            writable,
+            access,
+        }
+    }
+
+    /// The layout.
+    pub(crate) fn layout(&self) -> &FileLayout {
+        &self.layout
+    }
+
+    /// The download directory.
+    pub(crate) fn dir(&self) -> &Arc<SafeDir> {
+        &self.dir
+    }
+
+    /// File `i`'s path relative to the download directory.
+    pub(crate) fn rel(&self, i: usize) -> &Path {
+        &self.layout.files()[i].path
+    }
+
+    /// File `i`'s full path, for messages.
+    pub(crate) fn shown(&self, i: usize) -> PathBuf {
+        self.dir.path().join(self.rel(i))
+    }
+
+    /// File `i`, opened (without following links) on first use. A failure
+    /// is not remembered: a file created later opens then.
+    pub(crate) fn file(&self, i: usize) -> io::Result<&File> {
+        if let Some(f) = self.fds[i].get() {
+            return Ok(f);
+        }
+        let access = if self.writable[i] {
+            self.access
+        } else {
+            Access::Read
+        };
+        let f = match self.dir.open_file(self.rel(i), access) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            Err(OpenError::Io { source, .. }) => return Err(source),
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        };
+        // Another thread may have opened it meanwhile: either will do.
+        let _ = self.fds[i].set(f);
+        Ok(self.fds[i].get().expect("just set"))
+    }
+
+    /// Writes `data` (contiguous) at `offset` of the transfer. Ranges of a
+    /// file weir may not modify are compared with what is there instead:
+    /// equal bytes are left alone, different ones are an error.
+    pub(crate) fn write(&self, offset: u64, data: &[Bytes]) -> Result<(), WriteError> {
+        let total: u64 = data.iter().map(|d| d.len() as u64).sum();
+        let (mut chunk, mut within) = (0usize, 0usize);
+        for (fi, mut foff, len) in self.layout.map(offset, total) {
+            let io = |source: io::Error| {
+                let path = self.shown(fi);
+                if super::space::is_full(&source) {
+                    WriteError::Full { path, source }
+                } else {
+                    WriteError::Io { path, source }
+                }
+            };
+            let file = self.file(fi).map_err(io)?;
+            let mut left = len as usize;
+            while left > 0 {
+                let mut slices = Vec::with_capacity(64);
+                let mut batch = 0usize;
+                let (mut c, mut w) = (chunk, within);
+                while batch < left && c < data.len() && slices.len() < 512 {
+                    let avail = &data[c][w..];
+                    let take = avail.len().min(left - batch);
+                    slices.push(IoSlice::new(&avail[..take]));
+                    batch += take;
+                    if take == avail.len() {
+                        c += 1;
+                        w = 0;
+                    } else {
+                        w += take;
+                    }
+                }
+                let n = if self.writable[fi] {
+                    nix::sys::uio::pwritev(file, &slices, foff as i64)
+                        .map_err(io::Error::from)
+                        .map_err(io)?
+                } else {
+                    self.compare(fi, file, &slices, foff)?;
+                    batch
+                };
+                if n == 0 {
+                    return Err(io(io::ErrorKind::WriteZero.into()));
+                }
+                // Advance by what was written (may be short).
+                let mut adv = n;
+                while adv > 0 {
+                    let rest = data[chunk].len() - within;
+                    if adv >= rest {
+                        adv -= rest;
+                        chunk += 1;
+                        within = 0;
+                    } else {
+                        within += adv;
+                        adv = 0;
+                    }
+                }
+                left -= n;
+                foff += n as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that file `fi` holds `slices` at `foff`.
+    fn compare(
+        &self,
+        fi: usize,
+        file: &File,
+        slices: &[IoSlice<'_>],
+        mut foff: u64,
+    ) -> Result<(), WriteError> {
+        let mut buf = Vec::new();
+        for s in slices {
+            buf.resize(s.len(), 0);
+            let n = read_full_at(file, &mut buf, foff).map_err(|source| WriteError::Io {
+                path: self.shown(fi),
+                source,
+            })?;
+            if n < s.len() || buf[..] != s[..] {
+                let at = buf[..n]
+                    .iter()
+                    .zip(s.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(n);
+                return Err(WriteError::Differs {
+                    path: self.shown(fi),
+                    offset: foff + at as u64,
+                });
+            }
+            foff += s.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` of the transfer. A file shorter than
+    /// it must be is [`StorageFault::Truncated`].
+    pub(crate) fn read(&self, offset: u64, len: usize) -> Result<Bytes, ReadError> {
+        let mut buf = BytesMut::zeroed(len);
+        let mut at = 0usize;
+        for (fi, foff, n) in self.layout.map(offset, len as u64) {
+            let n = n as usize;
+            let fault = |e: io::Error| ReadError {
+                file: fi,
+                fault: StorageFault::Io {
+                    path: self.rel(fi).to_path_buf(),
+                    errno: e.raw_os_error(),
+                    message: e.to_string(),
+                },
+            };
+            let file = self.file(fi).map_err(fault)?;
+            let got = read_full_at(file, &mut buf[at..at + n], foff).map_err(fault)?;
+            if got < n {
+                let now = file
+                    .metadata()
+                    .map(|m| m.len())
+                    .unwrap_or(foff + got as u64);
+                return Err(ReadError {
+                    file: fi,
+                    fault: StorageFault::Truncated {
+                        path: self.rel(fi).to_path_buf(),
+                        len: now,
+                        want: self.layout.files()[fi].length,
+                    },
+                });
+            }
+            at += n;
+        }
+        if at != len {
+            return Err(ReadError {
+                file: self.layout.files().len().saturating_sub(1),
+                fault: StorageFault::Io {
+                    path: PathBuf::new(),
+                    errno: None,
+                    message: format!("read past the end of the transfer ({at} of {len} bytes)"),
+                },
+            });
+        }
+        Ok(buf.freeze())
+    }
+
+    /// The pieces a failed read makes unusable: for a truncated file, every
+    /// piece past its new end; otherwise the piece read.
+    pub(crate) fn lost_by(&self, err: &ReadError, piece: u32, geo: &Geometry) -> Vec<u32> {
+        match &err.fault {
+            StorageFault::Truncated { len, .. } => {
+                let f = &self.layout.files()[err.file];
+                let pl = u64::from(geo.piece_len().max(1));
+                let from = (f.offset + len.min(&f.length)) / pl;
+                let to = self.layout.pieces_of_file(err.file, geo).end;
+                let mut v: Vec<u32> = (from as u32..to).collect();
+                if !v.contains(&piece) {
+                    v.push(piece);
+                }
+                v
+            }
+            StorageFault::Io { .. } => vec![piece],
+        }
+    }
+
+    /// Flushes file `i`'s data to the disk (if it was opened).
+    pub(crate) fn sync(&self, i: usize) -> io::Result<()> {
+        match self.fds[i].get() {
+            Some(f) => f.sync_data(),
+            None => Ok(()),
+        }
+    }
+
+    /// File `i`'s state now (zeros when it is missing).
+    pub(crate) fn state(&self, i: usize) -> FileState {
+        let md = self.fds[i].get().and_then(|f| f.metadata().ok());
+        match md {
+            Some(m) => state_of(m.ino(), m.len(), m.mtime(), m.mtime_nsec()),
+            None => match self.dir.stat(self.rel(i)) {
+                Ok(Some(st)) => {
+                    state_of(st.st_ino, st.st_size as u64, st.st_mtime, st.st_mtime_nsec)
+                }
+                _ => state_of(0, 0, 0, 0),
+            },
+        }
+    }
+}
+
+/// A recorded file state from `stat` fields.
+pub(crate) fn state_of(ino: u64, size: u64, mtime: i64, nsec: i64) -> FileState {
+    FileState {
+        ino,
+        size,
+        mtime_sec: mtime,
+        mtime_nsec: nsec.clamp(0, 999_999_999) as u32,
+    }
+}
+
+/// `pread` until `buf` is full or the file ends; the bytes read.
+fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], off) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                off += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

@@ -1,0 +1,492 @@
+//! Opening a transfer's storage, whatever its protocol: a layout of files
+//! under a download directory, the pieces' digests, and a resume journal.
+//!
+//! [`open`] takes the download's lock, reads the journal, looks at what is
+//! on disk (never through a link), and decides with
+//! [`weir_core::resume::plan`] what is trusted, what is hashed again and
+//! which files are someone else's. Data weir did not create is hashed right
+//! here, before anything could write into it: a download that would have
+//! to write into such a file is refused (unless `overwrite`), and seeding
+//! with nothing of the data present is refused. Then files are created or
+//! set to their exact lengths, the free space is checked, and the journal
+//! is rewritten compactly. [`Opened::start`] starts the workers.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weir_core::bitfield::Bitfield;
+use weir_core::geometry::Geometry;
+use weir_core::resume::{self, FileAction, Found, JournalId, Mode, PlanOptions, Record};
+use weir_core::storage::{Digest, FileLayout, PieceVerifier};
+
+use super::dir::{Access, SafeDir};
+use super::error::{OpenError, human};
+use super::files::{Files, state_of};
+use super::journal;
+use super::lock::DownloadLock;
+
+/// A transfer as storage sees it.
+#[derive(Clone, Debug)]
+pub struct TransferSpec {
+    /// The download directory (the user's path; links in it are followed,
+    /// none under it).
+    pub dir: PathBuf,
+    /// The files, relative to `dir`.
+    pub layout: FileLayout,
+    /// Pieces and blocks.
+    pub geometry: Geometry,
+    /// Every piece's digest, when known (eD2k learns them from a peer).
+    pub digests: Option<Arc<[Digest]>>,
+    /// The transfer's identity (info-hash, eD2k file hash).
+    pub id: Vec<u8>,
+    /// Names the journal (`.weir-resume-<stem>`) and the lock
+    /// (`.weir-lock-<stem>`) in `dir`.
+    pub stem: String,
+    /// What the data is called, for messages.
+    pub name: String,
+}
+
+/// Learns the digests from the data itself, when they are not known yet:
+/// given the transfer's bytes in order, the digests if the data proves to
+/// be the transfer (eD2k: the part hashes of a file whose file hash
+/// matches), `None` otherwise.
+pub type DeriveDigests = Box<dyn FnOnce(&mut dyn Read) -> Option<Arc<[Digest]>> + Send>;
+
+/// How to open a transfer.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// Download (create and write) or seed (read what is there).
+    pub mode: Mode,
+    /// Hash everything on disk instead of trusting the journal.
+    pub recheck: bool,
+    /// Files weir did not create may be written into and resized.
+    pub overwrite: bool,
+    /// Refuse a download whose missing data exceeds the free space.
+    pub space_check: bool,
+    /// Keep a journal and a lock (off: files the caller just hashed, shared
+    /// read-only).
+    pub journal: bool,
+    /// The caller hashed every present file itself just now: trust them.
+    pub verified_by_caller: bool,
+    /// Worker threads (hashing and disk I/O).
+    pub workers: usize,
+}
+
+impl OpenOptions {
+    /// A download with a journal, checking free space.
+    pub fn download() -> Self {
+        Self {
+            mode: Mode::Download,
+            recheck: false,
+            overwrite: false,
+            space_check: true,
+            journal: true,
+            verified_by_caller: false,
+            workers: 2,
+        }
+    }
+
+    /// Seeding what is in the directory, with a journal.
+    pub fn seed() -> Self {
+        Self {
+            mode: Mode::Seed,
+            ..Self::download()
+        }
+    }
+}
+
+/// A transfer whose files are ready: what is had, what the core must hash,
+/// what it may continue; [`Opened::start`] starts the workers.
+#[derive(Debug)]
+pub struct Opened {
+    /// Pieces trusted (journal) or verified while opening.
+    pub had: Bitfield,
+    /// Pieces for the core to hash from storage before they count
+    /// (`StorageOp::Check`): data of weir's own that may be complete.
+    pub check: Bitfield,
+    /// Partly written pieces `(piece, bytes)`: the core asks only for the
+    /// rest, storage hashes the stored start first.
+    pub partial: Vec<(u32, u32)>,
+    pub(super) files: Arc<Files>,
+    pub(super) geometry: Geometry,
+    pub(super) digests: Option<Arc<[Digest]>>,
+    pub(super) journal: Option<(std::fs::File, PathBuf)>,
+    pub(super) lock: Option<DownloadLock>,
+    pub(super) workers: usize,
+}
+
+impl Opened {
+    /// The digests, when known now (given, or derived from the data).
+    pub fn digests(&self) -> Option<Arc<[Digest]>> {
+        self.digests.clone()
+    }
+
+    /// The download directory.
+    pub fn dir(&self) -> &Path {
+        self.files.dir().path()
+    }
+}
+
+/// Opens a transfer's storage (blocking: files are hashed here; call it
+/// from a blocking thread). See the module docs.
+pub fn open(
+    spec: TransferSpec,
+    opts: OpenOptions,
+    derive: Option<DeriveDigests>,
+) -> Result<Opened, OpenError> {
+    let dir = Arc::new(SafeDir::open(&spec.dir, opts.mode == Mode::Download)?);
+    let lock = if opts.journal {
+        Some(DownloadLock::take(dir.clone(), &spec.stem)?)
+    } else {
+        None
+    };
+    let geo = spec.geometry;
+    let id = JournalId::new(&spec.id, &geo, &spec.layout);
+    let jname = journal::name(&spec.stem);
+    let parsed = if opts.journal {
+        journal::read(&dir, &jname)?.and_then(|data| match resume::parse(&data, &id) {
+            Ok(r) => {
+                if r.damaged {
+                    tracing::warn!(
+                        "{}: damaged after its valid part; what it cannot vouch for is hashed again",
+                        dir.path().join(&jname).display()
+                    );
+                }
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!("{}: {e}; ignored", dir.path().join(&jname).display());
+                None
+            }
+        })
+    } else {
+        None
+    };
+    // What is there now (a link anywhere is refused here).
+    let mut found = Vec::with_capacity(spec.layout.files().len());
+    let mut allocated = Vec::with_capacity(spec.layout.files().len());
+    for f in spec.layout.files() {
+        match dir.stat(&f.path)? {
+            Some(st) => {
+                found.push(Found::File(state_of(
+                    st.st_ino,
+                    st.st_size as u64,
+                    st.st_mtime,
+                    st.st_mtime_nsec,
+                )));
+                allocated.push((st.st_blocks as u64).saturating_mul(512));
+            }
+            None => {
+                found.push(Found::Missing);
+                allocated.push(0);
+            }
+        }
+    }
+    let plan = resume::plan(
+        &spec.layout,
+        &geo,
+        parsed.as_ref(),
+        &found,
+        PlanOptions {
+            mode: opts.mode,
+            recheck: opts.recheck,
+            overwrite: opts.overwrite,
+        },
+    );
+    if let Some(resume::Conflict::WrongSize { file, found, want }) = plan.conflicts.first() {
+        return Err(OpenError::WrongSize {
+            path: dir.path().join(&spec.layout.files()[*file].path),
+            found: *found,
+            want: *want,
+        });
+    }
+    let writable: Vec<bool> = (0..plan.files.len())
+        .map(|i| opts.mode == Mode::Download && plan.writable(i))
+        .collect();
+    let files = Arc::new(Files::new(dir.clone(), spec.layout.clone(), writable));
+    let mut had = plan.had.clone();
+    let mut check = plan.check.clone();
+    // Hashed now: someone else's data (it must verify before anything is
+    // written), and when seeding everything not trusted (to know at once
+    // what can be offered).
+    let mut now = plan.foreign.clone();
+    if opts.mode == Mode::Seed {
+        for p in check.iter_ones() {
+            now.set(p);
+        }
+        check = Bitfield::new(geo.piece_count());
+    }
+    let mut digests = spec.digests.clone();
+    if now.count() > 0 && digests.is_none() && !opts.verified_by_caller {
+        if let Some(derive) = derive {
+            digests = derive(&mut TransferReader::new(&files, geo.total_len()));
+        }
+    }
+    let verified = if now.count() == 0 {
+        Bitfield::new(geo.piece_count())
+    } else if opts.verified_by_caller {
+        now.clone()
+    } else if let Some(d) = &digests {
+        let bytes: u64 = now.iter_ones().map(|p| u64::from(geo.piece_size(p))).sum();
+        tracing::info!("{}: checking {} of existing data", spec.name, human(bytes));
+        hash_pieces(&files, &geo, d, &now, opts.workers)
+    } else {
+        Bitfield::new(geo.piece_count())
+    };
+    for p in verified.iter_ones() {
+        had.set(p);
+    }
+    match opts.mode {
+        Mode::Download => {
+            let refused = plan.refused_files(&spec.layout, &geo, &verified);
+            if !refused.is_empty() {
+                let over = |p: u32| {
+                    spec.layout
+                        .map(geo.piece_offset(p), u64::from(geo.piece_size(p)))
+                        .any(|(fi, _, _)| refused.contains(&fi))
+                };
+                let checked = now.iter_ones().filter(|&p| over(p)).count() as u32;
+                let bad = now
+                    .iter_ones()
+                    .filter(|&p| over(p) && !verified.get(p))
+                    .count() as u32;
+                return Err(OpenError::ExistingData {
+                    paths: refused
+                        .iter()
+                        .map(|&i| dir.path().join(&spec.layout.files()[i].path))
+                        .collect(),
+                    bad,
+                    checked,
+                });
+            }
+        }
+        Mode::Seed => {
+            if had.count() == 0 && geo.piece_count() > 0 {
+                let missing = plan
+                    .files
+                    .iter()
+                    .filter(|a| **a == FileAction::Absent)
+                    .count();
+                return Err(OpenError::NothingToSeed {
+                    dir: dir.path().to_path_buf(),
+                    missing,
+                    files: plan.files.len(),
+                    name: spec.name.clone(),
+                });
+            }
+            if !had.is_full() {
+                let bytes: u64 = had.iter_ones().map(|p| u64::from(geo.piece_size(p))).sum();
+                let absent: Vec<String> = plan
+                    .files
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| **a == FileAction::Absent)
+                    .map(|(i, _)| spec.layout.files()[i].path.display().to_string())
+                    .collect();
+                let bad = now.count() - verified.count();
+                tracing::warn!(
+                    "{}: seeding {} of {} pieces ({} of {}){}{}",
+                    spec.name,
+                    had.count(),
+                    geo.piece_count(),
+                    human(bytes),
+                    human(geo.total_len()),
+                    if absent.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; missing: {}", absent.join(", "))
+                    },
+                    if bad > 0 {
+                        format!("; {bad} pieces do not verify")
+                    } else {
+                        String::new()
+                    },
+                );
+            }
+        }
+    }
+    if opts.mode == Mode::Download {
+        if opts.space_check {
+            let need: u64 = spec
+                .layout
+                .files()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| plan.writable(*i))
+                .map(|(i, f)| f.length.saturating_sub(allocated[i]))
+                .sum();
+            if let Some(free) = super::space::free_bytes(dir.fd())
+                && need > free
+            {
+                return Err(OpenError::NoSpace {
+                    dir: dir.path().to_path_buf(),
+                    need: human(need),
+                    free: human(free),
+                });
+            }
+        }
+        // Weir's files at exactly their lengths (sparse where new).
+        for (i, f) in spec.layout.files().iter().enumerate() {
+            if !plan.writable(i) {
+                continue;
+            }
+            let shown = dir.path().join(&f.path);
+            let file = dir
+                .open_file(&f.path, Access::Create)?
+                .ok_or_else(|| OpenError::Io {
+                    path: shown.clone(),
+                    source: std::io::ErrorKind::NotFound.into(),
+                })?;
+            let len = file
+                .metadata()
+                .map_err(|source| OpenError::Io {
+                    path: shown.clone(),
+                    source,
+                })?
+                .len();
+            if len != f.length {
+                file.set_len(f.length).map_err(|source| OpenError::Io {
+                    path: shown,
+                    source,
+                })?;
+            }
+        }
+    }
+    // Foreign data just verified: on the disk before the journal says so.
+    for (i, a) in plan.files.iter().enumerate() {
+        if *a == FileAction::Foreign
+            && let Ok(f) = files.file(i)
+            && let Err(e) = f.sync_data()
+        {
+            tracing::warn!("{}: {e}", files.shown(i).display());
+        }
+    }
+    let journal = if opts.journal {
+        let n = spec.layout.files().len();
+        let owned = {
+            let mut b = Bitfield::new(n as u32);
+            for i in 0..n {
+                if opts.mode == Mode::Download && plan.writable(i)
+                    || parsed.as_ref().is_some_and(|j| j.owned[i])
+                        && plan.files[i] == FileAction::Own
+                {
+                    b.set(i as u32);
+                }
+            }
+            b
+        };
+        let mut records = vec![Record::Owned(owned), Record::Have(had.clone())];
+        // Keep the hints: a crash before they are hashed loses nothing.
+        for p in check.iter_ones() {
+            records.push(Record::Written {
+                piece: p,
+                end: geo.piece_size(p),
+            });
+        }
+        for &(piece, end) in &plan.partial {
+            records.push(Record::Written { piece, end });
+        }
+        records.push(Record::Files((0..n).map(|i| files.state(i)).collect()));
+        let f = journal::compact(&dir, &jname, &id, &records)?;
+        Some((f, dir.path().join(&jname)))
+    } else {
+        None
+    };
+    if parsed.is_some() {
+        tracing::info!(
+            "{}: resuming with {} of {} pieces verified, {} to hash again, {} partly written",
+            spec.name,
+            had.count(),
+            geo.piece_count(),
+            check.count(),
+            plan.partial.len()
+        );
+    }
+    Ok(Opened {
+        had,
+        check,
+        partial: plan.partial.clone(),
+        files,
+        geometry: geo,
+        digests,
+        journal,
+        lock,
+        workers: opts.workers.max(1),
+    })
+}
+
+/// Hashes `pieces` from storage on `workers` threads; the ones that match.
+fn hash_pieces(
+    files: &Files,
+    geo: &Geometry,
+    digests: &Arc<[Digest]>,
+    pieces: &Bitfield,
+    workers: usize,
+) -> Bitfield {
+    let list: Vec<u32> = pieces.iter_ones().collect();
+    let workers = workers.clamp(1, 8);
+    let mut out = Bitfield::new(geo.piece_count());
+    let results: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let list = &list;
+                s.spawn(move || {
+                    let v = PieceVerifier::new(*geo, digests.clone());
+                    list.iter()
+                        .skip(w)
+                        .step_by(workers)
+                        .copied()
+                        .filter(|&p| {
+                            files
+                                .read(geo.piece_offset(p), geo.piece_size(p) as usize)
+                                .is_ok_and(|d| v.check(p, &d))
+                        })
+                        .collect::<Vec<u32>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    for p in results.into_iter().flatten() {
+        out.set(p);
+    }
+    out
+}
+
+/// The transfer's bytes in order, read from its files (for
+/// [`DeriveDigests`]); a missing or short file ends the stream early.
+struct TransferReader<'a> {
+    files: &'a Files,
+    at: u64,
+    total: u64,
+}
+
+impl<'a> TransferReader<'a> {
+    fn new(files: &'a Files, total: u64) -> Self {
+        Self {
+            files,
+            at: 0,
+            total,
+        }
+    }
+}
+
+impl Read for TransferReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (buf.len() as u64).min(self.total - self.at).min(4 << 20) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let data = self
+            .files
+            .read(self.at, n)
+            .map_err(|e| std::io::Error::other(e.fault.to_string()))?;
+        buf[..n].copy_from_slice(&data);
+        self.at += n as u64;
+        Ok(n)
+    }
+}

@@ -498,6 +498,20 @@ impl Session {
         self.counts
     }
 
+    /// Connections of one transfer by stage (the counts its per-transfer
+    /// limits are checked against).
+    pub fn transfer_counts(&self, id: TransferId) -> Option<ConnCounts> {
+        self.transfers.get(&id).map(|t| t.counts)
+    }
+
+    /// The transfer a connection is attached to: the one it was dialled
+    /// for, or routed to by its handshake (`None`: unknown connection, an
+    /// eD2k server, or an accepted eD2k connection, which may ask for any
+    /// file). A runtime picks the connection's per-transfer caps with it.
+    pub fn conn_transfer(&self, conn: ConnId) -> Option<TransferId> {
+        self.conns.get(&conn)?.transfer
+    }
+
     /// The transfer's torrent (read-only: geometry, pieces had).
     pub fn torrent(&self, id: TransferId) -> Option<&Torrent> {
         self.transfers.get(&id)?.bt.as_ref().map(|b| &b.torrent)

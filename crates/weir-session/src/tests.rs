@@ -323,3 +323,26 @@ fn a_paused_transfer_closes_its_peers_and_dials_nothing_until_resumed() {
     s.handle_timeout(now + Duration::from_secs(60));
     assert_eq!(dials(&mut s).len(), 2);
 }
+
+#[test]
+fn a_connection_names_its_transfer_and_each_transfer_counts_its_own() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    s.add_peers(a, Proto::Bt, &[peer(1), peer(2)], Source::Manual, now);
+    s.add_peers(b, Proto::Bt, &[peer(3)], Source::Manual, now);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.len(), 3);
+    for (conn, addr) in &d {
+        let want = if *addr == peer(3) { b } else { a };
+        assert_eq!(s.conn_transfer(*conn), Some(want));
+    }
+    assert_eq!(s.transfer_counts(a).map(|c| c.dialing), Some(2));
+    assert_eq!(s.transfer_counts(b).map(|c| c.dialing), Some(1));
+    let inc = s.incoming(Proto::Ed2k, peer(9), now).unwrap();
+    assert_eq!(s.conn_transfer(inc), None, "accepted eD2k: any file");
+    assert_eq!(s.conn_transfer(9999), None);
+    assert_eq!(s.transfer_counts(TransferId(77)), None);
+}

@@ -92,17 +92,24 @@
 //! assert!(w.run_until(Duration::from_secs(10), |w| w.node(leech).completed_at().is_some()));
 //! ```
 
-pub mod bt;
+pub mod conn;
 pub mod content;
 pub mod link;
 pub mod measure;
+pub mod net;
+pub mod node;
 mod sched;
+pub mod server;
 pub mod storage;
 pub mod world;
 
-pub use bt::{Conn, ConnStats, NodeConfig};
-pub use content::{Payload, TorrentSpec};
+pub use conn::{ConnStats, MAX_IOV, MIN_FREE, READ_BUF};
+pub use content::{ED2K_PART, Ed2kSpec, Payload, TorrentSpec};
 pub use link::{Link, LinkConfig};
 pub use measure::{Series, mib};
+pub use net::{Conn, NetConfig, Unreachable};
+pub use node::{Arrival, BT_PORT, DialRecord, ED2K_PORT, Node, NodeConfig, TransferConfig};
+pub use server::ED2K_SERVER_PORT;
 pub use storage::Disk;
+pub use weir_session::{Proto, Refused, Source, TransferId};
 pub use world::{BUCKET_TICK, BucketId, LinkId, NodeId, SEED_ENV, WakeOrder, World};

@@ -347,7 +347,15 @@ impl Session {
             Proto::Ed2kServer => None,
         };
         let Some(book) = book else { return 0 };
-        let n = book.add_answer(addrs.iter().copied().filter(|a| !own(a)), source, now);
+        let bans = &self.bans;
+        let n = book.add_answer(
+            addrs
+                .iter()
+                .copied()
+                .filter(|a| !own(a) && !bans.contains(a.ip())),
+            source,
+            now,
+        );
         if n > 0 {
             self.next_dial = Some(now);
         }
@@ -372,7 +380,9 @@ impl Session {
     }
 
     fn learn(&self, book: &mut PeerBook, addr: SocketAddr, source: Source, now: Instant) {
-        if !(self.own_filter())(&addr) {
+        // A book made after a ban does not know it: the session's bans
+        // keep banned addresses out of every book.
+        if !(self.own_filter())(&addr) && !self.bans.contains(addr.ip()) {
             book.add(addr, source, now);
         }
     }

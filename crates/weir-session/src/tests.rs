@@ -346,3 +346,36 @@ fn a_connection_names_its_transfer_and_each_transfer_counts_its_own() {
     assert_eq!(s.conn_transfer(9999), None);
     assert_eq!(s.transfer_counts(TransferId(77)), None);
 }
+
+#[test]
+fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    add(&mut s, 1, now);
+    dials(&mut s);
+    let bad: IpAddr = "127.0.0.9".parse().unwrap();
+    s.ban(bad, "test".into());
+    // Added later, naming the banned address (`--peer`) and learning it
+    // from a tracker at another port.
+    let m = meta(2);
+    let n = m.info.piece_count();
+    let b = s
+        .add_torrent(
+            AddTorrent {
+                meta: m,
+                had: Bitfield::new(n),
+                check: Bitfield::new(n),
+                peers: vec![SocketAddr::new(bad, 6881), peer(1)],
+                paused: false,
+                seed: false,
+            },
+            now,
+        )
+        .unwrap();
+    let other = SocketAddr::new(bad, 7000);
+    assert_eq!(s.add_peers(b, Proto::Bt, &[other], Source::Tracker, now), 0);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.iter().map(|x| x.1).collect::<Vec<_>>(), [peer(1)]);
+    assert_eq!(s.info(b, now).unwrap().known, 1);
+}

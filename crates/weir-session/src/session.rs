@@ -533,8 +533,8 @@ impl Session {
         Some((&self.ed2k, f))
     }
 
-    /// Bans `ip` everywhere: no dial, no connection accepted, and the
-    /// transfers' books forget it.
+    /// Bans `ip` everywhere: no dial, no connection accepted, the
+    /// transfers' books forget it, and its connections close.
     pub(crate) fn ban(&mut self, ip: IpAddr, reason: String) {
         let ip = weir_core::peers::canonical(ip);
         if !self.bans.insert(ip) {
@@ -550,6 +550,26 @@ impl Session {
         }
         self.callbacks.ban(ip);
         self.events.push_back(SessionEvent::Banned { ip, reason });
+        // Its connections of every transfer and protocol end too (the
+        // transfer that caught it closed its own already).
+        let Some(now) = self.now else {
+            return;
+        };
+        let conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.proto != Proto::Ed2kServer && weir_core::peers::canonical(c.addr.ip()) == ip
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for conn in conns {
+            self.forget_conn(conn, now, None);
+            self.events.push_back(SessionEvent::Close {
+                conn,
+                reason: "banned address".into(),
+            });
+        }
     }
 
     pub(crate) fn log(&mut self, level: LogLevel, message: String) {

@@ -379,3 +379,54 @@ fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
     assert_eq!(d.iter().map(|x| x.1).collect::<Vec<_>>(), [peer(1)]);
     assert_eq!(s.info(b, now).unwrap().known, 1);
 }
+
+#[test]
+fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    add(&mut s, 1, now);
+    add(&mut s, 2, now);
+    dials(&mut s);
+    let bad: IpAddr = "127.0.0.9".parse().unwrap();
+    let bt = s
+        .incoming(Proto::Bt, SocketAddr::new(bad, 5000), now)
+        .unwrap();
+    s.established(
+        bt,
+        Established::Bt {
+            theirs: their_handshake(2, 9),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    let ed = s
+        .incoming(Proto::Ed2k, SocketAddr::new(bad, 5001), now)
+        .unwrap();
+    s.established(ed, Established::Ed2k { local_ip: None }, now)
+        .unwrap();
+    let good = s.incoming(Proto::Bt, peer(3), now).unwrap();
+    s.established(
+        good,
+        Established::Bt {
+            theirs: their_handshake(1, 3),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    while s.poll_event().is_some() {}
+    assert_eq!(s.counts().peers, 3);
+    // Banned by transfer 1's torrent (or anything else): every connection
+    // of that address closes, the others stay.
+    s.ban(bad, "bad data".into());
+    let closed: Vec<ConnId> = std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SessionEvent::Close { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed, [bt, ed]);
+    assert_eq!(s.counts().peers, 1);
+    assert_eq!(s.conn_transfer(good), Some(TransferId(1)));
+}

@@ -224,6 +224,11 @@ impl World {
         self.queue.push(at.max(self.now), WakeUp::Call(Box::new(f)));
     }
 
+    /// Links made so far (two per connection, in creation order).
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
     /// A link, to read its counters.
     pub fn link(&self, id: LinkId) -> &Link {
         &self.links[id].link

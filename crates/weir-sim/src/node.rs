@@ -104,7 +104,9 @@ impl TransferConfig {
 
     /// The transfer's own download bucket chain, reserved before the
     /// node's (`reserve_chain(per-transfer, then global)`, as the runtime
-    /// does) on every connection attached to it.
+    /// does) on every connection attached to it: its BitTorrent peers, and
+    /// the eD2k connections dialled for it (an accepted eD2k connection
+    /// may ask for any file: it reserves from the node's chain only).
     pub fn down(mut self, chain: impl Into<Vec<BucketId>>) -> Self {
         self.down = chain.into();
         self

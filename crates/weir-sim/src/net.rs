@@ -283,6 +283,11 @@ impl World {
     ) -> SideId {
         let now = self.instant();
         let at = self.now();
+        if self.nodes[b].frozen {
+            // A hung program: the kernel completes the connection, nobody
+            // accepts it, nothing is read or answered.
+            return self.new_side(b, 0, proto, tx, rx, Stage::Dead);
+        }
         if proto == Proto::Ed2kServer && self.nodes[b].server.is_some() {
             return self.server_accept(b, from, tx, rx);
         }
@@ -559,8 +564,9 @@ impl World {
             .unwrap_or_else(|| panic!("{} and {} share no torrent", na.name(), nb.name()))
     }
 
-    /// Stops node `n` answering: it no longer reads, writes or runs its
-    /// timers, but keeps its connections open (a hung peer).
+    /// Stops node `n` answering: it no longer reads, writes, accepts or
+    /// runs its timers, but keeps its connections open and its listeners
+    /// bound (a hung peer: dials to it connect and then time out).
     pub fn freeze(&mut self, n: NodeId) {
         self.nodes[n].frozen = true;
     }

@@ -549,6 +549,7 @@ impl Session {
             }
         }
         self.callbacks.ban(ip);
+        let why = format!("banned address: {reason}");
         self.events.push_back(SessionEvent::Banned { ip, reason });
         // Its connections of every transfer and protocol end too (the
         // transfer that caught it closed its own already).
@@ -567,7 +568,7 @@ impl Session {
             self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: "banned address".into(),
+                reason: why.clone(),
             });
         }
     }

@@ -420,13 +420,14 @@ fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
     // Banned by transfer 1's torrent (or anything else): every connection
     // of that address closes, the others stay.
     s.ban(bad, "bad data".into());
-    let closed: Vec<ConnId> = std::iter::from_fn(|| s.poll_event())
+    let closed: Vec<(ConnId, String)> = std::iter::from_fn(|| s.poll_event())
         .filter_map(|e| match e {
-            SessionEvent::Close { conn, .. } => Some(conn),
+            SessionEvent::Close { conn, reason } => Some((conn, reason)),
             _ => None,
         })
         .collect();
-    assert_eq!(closed, [bt, ed]);
+    let why = "banned address: bad data".to_string();
+    assert_eq!(closed, [(bt, why.clone()), (ed, why)]);
     assert_eq!(s.counts().peers, 1);
     assert_eq!(s.conn_transfer(good), Some(TransferId(1)));
 }

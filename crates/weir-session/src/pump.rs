@@ -36,10 +36,13 @@ impl Session {
                 BtEvent::Storage(op) => self
                     .events
                     .push_back(SessionEvent::Storage { transfer: id, op }),
-                BtEvent::Close { conn, reason } => {
+                // Closed already (a ban closes every connection of the
+                // address, this one included): one Close is enough.
+                BtEvent::Close { conn, reason } if self.conns.contains_key(&conn) => {
                     self.forget_conn(conn, now, None);
                     self.events.push_back(SessionEvent::Close { conn, reason });
                 }
+                BtEvent::Close { .. } => {}
                 BtEvent::Ban { ip, reason } => self.ban(ip, reason),
                 BtEvent::PieceVerified(p) => self.transfer_event(id, TransferEvent::Verified(p)),
                 BtEvent::Complete => self.on_complete(id, now),
@@ -103,10 +106,13 @@ impl Session {
                         });
                     }
                 }
-                Ed2kEvent::Close { conn, reason } => {
+                // Closed already (a ban closes every connection of the
+                // address, this one included): one Close is enough.
+                Ed2kEvent::Close { conn, reason } if self.conns.contains_key(&conn) => {
                     self.forget_conn(conn, now, None);
                     self.events.push_back(SessionEvent::Close { conn, reason });
                 }
+                Ed2kEvent::Close { .. } => {}
                 Ed2kEvent::Ban { ip, reason } => self.ban(ip, reason),
                 Ed2kEvent::Connect { addr } => {
                     // A wedged downloader to reconnect to: through the same

@@ -373,7 +373,15 @@ impl Session {
             Proto::Ed2kServer => None,
         };
         let Some(book) = book else { return 0 };
-        let n = book.add_answer(addrs.iter().copied().filter(|a| !own(a)), source, now);
+        let bans = &self.bans;
+        let n = book.add_answer(
+            addrs
+                .iter()
+                .copied()
+                .filter(|a| !own(a) && !bans.contains(a.ip())),
+            source,
+            now,
+        );
         if n > 0 {
             self.next_dial = Some(now);
         }
@@ -398,7 +406,9 @@ impl Session {
     }
 
     fn learn(&self, book: &mut PeerBook, addr: SocketAddr, source: Source, now: Instant) {
-        if !(self.own_filter())(&addr) {
+        // A book made after a ban does not know it: the session's bans
+        // keep banned addresses out of every book.
+        if !(self.own_filter())(&addr) && !self.bans.contains(addr.ip()) {
             book.add(addr, source, now);
         }
     }
@@ -524,6 +534,20 @@ impl Session {
         self.counts
     }
 
+    /// Connections of one transfer by stage (the counts its per-transfer
+    /// limits are checked against).
+    pub fn transfer_counts(&self, id: TransferId) -> Option<ConnCounts> {
+        self.transfers.get(&id).map(|t| t.counts)
+    }
+
+    /// The transfer a connection is attached to: the one it was dialled
+    /// for, or routed to by its handshake (`None`: unknown connection, an
+    /// eD2k server, or an accepted eD2k connection, which may ask for any
+    /// file). A runtime picks the connection's per-transfer caps with it.
+    pub fn conn_transfer(&self, conn: ConnId) -> Option<TransferId> {
+        self.conns.get(&conn)?.transfer
+    }
+
     /// The transfer's torrent (read-only: geometry, pieces had).
     pub fn torrent(&self, id: TransferId) -> Option<&Torrent> {
         self.transfers.get(&id)?.bt.as_ref().map(|b| &b.torrent)
@@ -535,8 +559,8 @@ impl Session {
         Some((&self.ed2k, f))
     }
 
-    /// Bans `ip` everywhere: no dial, no connection accepted, and the
-    /// transfers' books forget it.
+    /// Bans `ip` everywhere: no dial, no connection accepted, the
+    /// transfers' books forget it, and its connections close.
     pub(crate) fn ban(&mut self, ip: IpAddr, reason: String) {
         let ip = weir_core::peers::canonical(ip);
         if !self.bans.insert(ip) {
@@ -551,22 +575,26 @@ impl Session {
             }
         }
         self.callbacks.ban(ip);
+        let why = format!("banned address: {reason}");
         self.events.push_back(SessionEvent::Banned { ip, reason });
-        // Whatever connections it still has, on any network, go too.
+        // Its connections of every transfer and protocol end too (the
+        // transfer that caught it closed its own already).
+        let Some(now) = self.now else {
+            return;
+        };
         let conns: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| weir_core::peers::canonical(c.addr.ip()) == ip)
+            .filter(|(_, c)| {
+                c.proto != Proto::Ed2kServer && weir_core::peers::canonical(c.addr.ip()) == ip
+            })
             .map(|(k, _)| *k)
             .collect();
-        let now = self.now;
         for conn in conns {
-            if let Some(now) = now {
-                self.forget_conn(conn, now, None);
-            }
+            self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: "banned".into(),
+                reason: why.clone(),
             });
         }
     }

@@ -394,3 +394,111 @@ fn an_ed2k_link_of_a_torrents_file_joins_that_transfer_and_dials_its_sources() {
         .unwrap();
     assert_ne!(other, a);
 }
+
+#[test]
+fn a_connection_names_its_transfer_and_each_transfer_counts_its_own() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    s.add_peers(a, Proto::Bt, &[peer(1), peer(2)], Source::Manual, now);
+    s.add_peers(b, Proto::Bt, &[peer(3)], Source::Manual, now);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.len(), 3);
+    for (conn, addr) in &d {
+        let want = if *addr == peer(3) { b } else { a };
+        assert_eq!(s.conn_transfer(*conn), Some(want));
+    }
+    assert_eq!(s.transfer_counts(a).map(|c| c.dialing), Some(2));
+    assert_eq!(s.transfer_counts(b).map(|c| c.dialing), Some(1));
+    let inc = s.incoming(Proto::Ed2k, peer(9), now).unwrap();
+    assert_eq!(s.conn_transfer(inc), None, "accepted eD2k: any file");
+    assert_eq!(s.conn_transfer(9999), None);
+    assert_eq!(s.transfer_counts(TransferId(77)), None);
+}
+
+#[test]
+fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    add(&mut s, 1, now);
+    dials(&mut s);
+    let bad: IpAddr = "127.0.0.9".parse().unwrap();
+    s.ban(bad, "test".into());
+    // Added later, naming the banned address (`--peer`) and learning it
+    // from a tracker at another port.
+    let m = meta(2);
+    let n = m.info.piece_count();
+    let b = s
+        .add_torrent(
+            AddTorrent {
+                meta: m,
+                had: Bitfield::new(n),
+                check: Bitfield::new(n),
+                peers: vec![SocketAddr::new(bad, 6881), peer(1)],
+                paused: false,
+                seed: false,
+            },
+            now,
+        )
+        .unwrap();
+    let other = SocketAddr::new(bad, 7000);
+    assert_eq!(s.add_peers(b, Proto::Bt, &[other], Source::Tracker, now), 0);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.iter().map(|x| x.1).collect::<Vec<_>>(), [peer(1)]);
+    assert_eq!(s.info(b, now).unwrap().known, 1);
+}
+
+#[test]
+fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    add(&mut s, 1, now);
+    add(&mut s, 2, now);
+    dials(&mut s);
+    let bad: IpAddr = "127.0.0.9".parse().unwrap();
+    let bt = s
+        .incoming(Proto::Bt, SocketAddr::new(bad, 5000), now)
+        .unwrap();
+    s.established(
+        bt,
+        Established::Bt {
+            theirs: their_handshake(2, 9),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    let ed = s
+        .incoming(Proto::Ed2k, SocketAddr::new(bad, 5001), now)
+        .unwrap();
+    s.established(ed, Established::Ed2k { local_ip: None }, now)
+        .unwrap();
+    let good = s.incoming(Proto::Bt, peer(3), now).unwrap();
+    s.established(
+        good,
+        Established::Bt {
+            theirs: their_handshake(1, 3),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    while s.poll_event().is_some() {}
+    assert_eq!(s.counts().peers, 3);
+    // Banned by transfer 1's torrent (or anything else): every connection
+    // of that address closes, the others stay.
+    s.ban(bad, "bad data".into());
+    let closed: Vec<(ConnId, String)> = std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SessionEvent::Close { conn, reason } => Some((conn, reason)),
+            _ => None,
+        })
+        .collect();
+    let why = "banned address: bad data".to_string();
+    assert_eq!(closed, [(bt, why.clone()), (ed, why)]);
+    assert_eq!(s.counts().peers, 1);
+    assert_eq!(s.conn_transfer(good), Some(TransferId(1)));
+}

@@ -1,5 +1,5 @@
-//! In-memory storage that executes a core's [`StorageOp`]s, with an
-//! optional disk model (a serial queue with a per-operation delay and a
+//! In-memory storage that executes a session's [`StorageOp`]s, and the
+//! disk model of a node (a serial queue with a per-operation delay and a
 //! transfer rate).
 
 use std::collections::BTreeMap;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use weir_core::geometry::Geometry;
 use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
 
 use crate::content::Payload;
@@ -29,7 +30,8 @@ impl Disk {
         rate: 0,
     };
 
-    fn cost(&self, bytes: u64) -> Duration {
+    /// How long an operation moving `bytes` takes.
+    pub(crate) fn cost(&self, bytes: u64) -> Duration {
         let t = if self.rate == 0 {
             Duration::ZERO
         } else {
@@ -40,20 +42,23 @@ impl Disk {
 }
 
 enum Verify {
-    /// SHA-1 as the bytes are written (the runtime's verifier).
-    Sha1(PieceVerifier),
+    /// Hash as the bytes are written (the runtime's verifier: SHA-1 pieces,
+    /// MD4 parts).
+    Hash(PieceVerifier),
     /// Compare every write with the payload: (next offset, all equal).
     Compare(BTreeMap<u32, (u32, bool)>),
 }
 
-/// One node's storage.
+/// One transfer's storage on one node: its bytes addressed in the
+/// transfer's grid (a torrent's pieces, eD2k parts), whatever the
+/// payload's own piece length. Timing (the disk model) is the node's: one
+/// disk serves every transfer of a node.
 pub(crate) struct MemStorage {
     payload: Arc<Payload>,
+    geo: Geometry,
     /// A leecher of a real payload keeps what it receives here.
     store: Option<Vec<u8>>,
     verify: Verify,
-    disk: Disk,
-    free_at: Duration,
     /// Flip the first byte of every upload read (a lying peer).
     pub(crate) corrupt_uploads: bool,
 }
@@ -61,36 +66,39 @@ pub(crate) struct MemStorage {
 impl std::fmt::Debug for MemStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemStorage")
+            .field("geometry", &self.geo)
             .field("stored", &self.store.as_ref().map(Vec::len))
-            .field("disk", &self.disk)
             .finish()
     }
 }
 
 impl MemStorage {
-    /// Storage for `payload` whose pieces hash to `digests`; a seeder
-    /// serves the payload itself.
+    /// Storage for `payload` in grid `geo` whose pieces hash to `digests`;
+    /// a seeder serves the payload itself.
     pub(crate) fn new(
         payload: Arc<Payload>,
+        geo: Geometry,
         digests: Arc<[Digest]>,
         seeder: bool,
-        disk: Disk,
     ) -> Self {
-        let geo = *payload.geometry();
+        assert_eq!(
+            geo.total_len(),
+            payload.len(),
+            "a transfer's grid covers its payload"
+        );
         let (store, verify) = if payload.is_real() {
             (
                 (!seeder).then(|| vec![0u8; geo.total_len() as usize]),
-                Verify::Sha1(PieceVerifier::new(geo, digests)),
+                Verify::Hash(PieceVerifier::new(geo, digests)),
             )
         } else {
             (None, Verify::Compare(BTreeMap::new()))
         };
         Self {
             payload,
+            geo,
             store,
             verify,
-            disk,
-            free_at: Duration::ZERO,
             corrupt_uploads: false,
         }
     }
@@ -101,21 +109,18 @@ impl MemStorage {
         self.store.as_deref()
     }
 
-    /// Executes `op` at `now`; returns when it completes and its answer.
-    pub(crate) fn execute(
-        &mut self,
-        now: Duration,
-        op: StorageOp,
-    ) -> Option<(Duration, StorageEvent)> {
-        let geo = *self.payload.geometry();
-        let (bytes, ev) = match op {
+    /// Executes `op`; returns the bytes it moved (what the disk model
+    /// charges) and its answer.
+    pub(crate) fn execute(&mut self, op: StorageOp) -> (u64, Option<StorageEvent>) {
+        let geo = self.geo;
+        match op {
             StorageOp::Write { piece, begin, data } => {
                 let len: usize = data.iter().map(Bytes::len).sum();
                 (len as u64, self.write(piece, begin, &data))
             }
             StorageOp::Abandon { piece } => {
                 match &mut self.verify {
-                    Verify::Sha1(v) => v.abandon(piece),
+                    Verify::Hash(v) => v.abandon(piece),
                     Verify::Compare(m) => {
                         m.remove(&piece);
                     }
@@ -128,17 +133,21 @@ impl MemStorage {
                 begin,
                 len,
             } => {
-                let data = if geo.contains(piece, begin, len) {
-                    Ok(self.read(piece, begin, len))
-                } else {
-                    Err(format!("read {piece}:{begin}+{len} outside the torrent"))
-                };
+                // By byte offset, as the runtime reads (an eD2k read may
+                // run across parts).
+                let offset = geo.piece_offset(piece) + u64::from(begin);
+                let data =
+                    if piece < geo.piece_count() && offset + u64::from(len) <= geo.total_len() {
+                        Ok(self.read(offset, len as usize))
+                    } else {
+                        Err(format!("read {piece}:{begin}+{len} outside the transfer"))
+                    };
                 (u64::from(len), Some(StorageEvent::ReadDone { id, data }))
             }
             StorageOp::Check { piece } => {
                 let size = geo.piece_size(piece);
                 let ok = match (&self.store, &self.verify) {
-                    (Some(s), Verify::Sha1(v)) => {
+                    (Some(s), Verify::Hash(v)) => {
                         let at = geo.piece_offset(piece) as usize;
                         v.check(piece, &s[at..at + size as usize])
                     }
@@ -146,19 +155,13 @@ impl MemStorage {
                 };
                 (u64::from(size), Some(StorageEvent::PieceDone { piece, ok }))
             }
-        };
-        let done = self.free_at.max(now) + self.disk.cost(bytes);
-        self.free_at = done;
-        ev.map(|e| (done, e))
+        }
     }
 
-    fn read(&self, piece: u32, begin: u32, len: u32) -> Bytes {
+    fn read(&self, offset: u64, len: usize) -> Bytes {
         let data = match &self.store {
-            Some(s) => {
-                let at = (self.payload.geometry().piece_offset(piece) + u64::from(begin)) as usize;
-                Bytes::copy_from_slice(&s[at..at + len as usize])
-            }
-            None => self.payload.slice(piece, begin, len),
+            Some(s) => Bytes::copy_from_slice(&s[offset as usize..offset as usize + len]),
+            None => self.payload.range(offset, len),
         };
         if self.corrupt_uploads && !data.is_empty() {
             let mut m = BytesMut::from(&data[..]);
@@ -169,7 +172,12 @@ impl MemStorage {
     }
 
     fn write(&mut self, piece: u32, begin: u32, data: &[Bytes]) -> Option<StorageEvent> {
-        let geo = *self.payload.geometry();
+        let geo = self.geo;
+        if piece >= geo.piece_count() {
+            return Some(StorageEvent::Failed {
+                error: format!("write to piece {piece} of {}", geo.piece_count()),
+            });
+        }
         if let Some(s) = &mut self.store {
             let mut at = (geo.piece_offset(piece) + u64::from(begin)) as usize;
             for d in data {
@@ -183,7 +191,7 @@ impl MemStorage {
             }
         }
         let verdict = match &mut self.verify {
-            Verify::Sha1(v) => v.write(piece, begin, data).map_err(|e| e.to_string()),
+            Verify::Hash(v) => v.write(piece, begin, data).map_err(|e| e.to_string()),
             Verify::Compare(m) => {
                 let (next, ok) = m.entry(piece).or_insert((0, true));
                 if begin != *next {
@@ -193,11 +201,12 @@ impl MemStorage {
                     );
                     Err(e)
                 } else {
+                    let base = geo.piece_offset(piece);
                     for d in data {
                         let len = d.len() as u32;
                         let fits =
                             u64::from(*next) + u64::from(len) <= u64::from(geo.piece_size(piece));
-                        *ok &= fits && d[..] == self.payload.slice(piece, *next, len)[..];
+                        *ok &= fits && self.payload.matches(base + u64::from(*next), d);
                         *next += len;
                     }
                     if *next >= geo.piece_size(piece) {

@@ -6,17 +6,21 @@
 //! storage answers) happens at that instant, in a fixed order, before time
 //! moves again. Processing costs no virtual time.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use weir_core::bucket::TokenBucket;
 use weir_core::storage::StorageEvent;
+use weir_session::TransferId;
 
-use crate::bt::{BtNode, Side};
+use crate::conn::Side;
 use crate::link::{Link, LinkConfig};
+use crate::net::{DialKey, Dialing, NetConfig, Unreachable};
+use crate::node::Node;
 use crate::sched::Queue;
 
-/// A node (one torrent on one host) in the world.
+/// A node (one host running a session) in the world.
 pub type NodeId = usize;
 /// A token bucket in the world.
 pub type BucketId = usize;
@@ -37,8 +41,23 @@ pub(crate) enum WakeUp {
     Link(LinkId),
     Tick,
     Timer(NodeId),
-    Storage(NodeId, StorageEvent),
+    Storage(NodeId, TransferId, StorageEvent),
+    /// A dial's SYN reaches its target.
+    Syn(DialKey),
+    /// The target's SYN-ACK reaches the dialer: connected.
+    SynAck(DialKey),
+    /// A dial fails (refused, or its timeout).
+    DialFail(DialKey, DialFailure),
+    /// A reset reaches this end of a connection.
+    Reset(SideId),
     Call(Box<dyn FnOnce(&mut World)>),
+}
+
+/// Why a dial failed, as the runtime would report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DialFailure {
+    Refused,
+    Timeout,
 }
 
 /// Work to do at the current instant.
@@ -46,7 +65,7 @@ pub(crate) enum WakeUp {
 pub(crate) enum Work {
     Reader(SideId),
     Writer(SideId),
-    Storage(NodeId, StorageEvent),
+    Storage(NodeId, TransferId, StorageEvent),
 }
 
 /// In which order tasks waiting for tokens run after a refill.
@@ -92,8 +111,14 @@ pub struct World {
     pub(crate) buckets: Vec<TokenBucket>,
     ticking: bool,
     pub(crate) waiters: Vec<Waiter>,
-    pub(crate) nodes: Vec<BtNode>,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) hosts: BTreeMap<IpAddr, NodeId>,
     pub(crate) sides: Vec<Side>,
+    pub(crate) dialing: BTreeMap<DialKey, Dialing>,
+    /// How the network behaves where nothing is configured.
+    pub net: NetConfig,
+    pub(crate) pair_links: BTreeMap<(NodeId, NodeId), LinkConfig>,
+    pub(crate) unreachable: BTreeMap<IpAddr, Unreachable>,
     pub(crate) work: VecDeque<Work>,
     /// Record every request and block per connection (for tests that ask
     /// which peer was asked for what).
@@ -138,7 +163,12 @@ impl World {
             ticking: false,
             waiters: Vec::new(),
             nodes: Vec::new(),
+            hosts: BTreeMap::new(),
             sides: Vec::new(),
+            dialing: BTreeMap::new(),
+            net: NetConfig::default(),
+            pair_links: BTreeMap::new(),
+            unreachable: BTreeMap::new(),
             work: VecDeque::new(),
             trace_blocks: false,
             wake_order: WakeOrder::default(),
@@ -194,6 +224,11 @@ impl World {
         self.queue.push(at.max(self.now), WakeUp::Call(Box::new(f)));
     }
 
+    /// Links made so far (two per connection, in creation order).
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
     /// A link, to read its counters.
     pub fn link(&self, id: LinkId) -> &Link {
         &self.links[id].link
@@ -237,7 +272,11 @@ impl World {
             WakeUp::Link(id) => self.wake_link(id, at),
             WakeUp::Tick => self.tick(),
             WakeUp::Timer(n) => self.wake_timer(n, at),
-            WakeUp::Storage(n, ev) => self.work.push_back(Work::Storage(n, ev)),
+            WakeUp::Storage(n, t, ev) => self.work.push_back(Work::Storage(n, t, ev)),
+            WakeUp::Syn(k) => self.on_syn(k),
+            WakeUp::SynAck(k) => self.on_syn_ack(k),
+            WakeUp::DialFail(k, why) => self.on_dial_fail(k, why),
+            WakeUp::Reset(s) => self.on_reset(s),
             WakeUp::Call(f) => f(self),
         }
         self.settle();
@@ -287,11 +326,7 @@ impl World {
                     self.sides[s].writer.queued = false;
                     self.run_writer(s);
                 }
-                Work::Storage(n, ev) => {
-                    let now = self.instant();
-                    self.nodes[n].torrent.handle_storage(ev, now);
-                    self.drain(n);
-                }
+                Work::Storage(n, t, ev) => self.storage_done(n, t, ev),
             }
         }
         for id in std::mem::take(&mut self.touched) {
@@ -346,17 +381,17 @@ impl World {
         if node.timer == Some(at) {
             node.timer = None;
         }
-        if node.frozen {
+        if node.frozen || node.is_down {
             return;
         }
         let now = self.instant();
-        self.nodes[n].torrent.handle_timeout(now);
+        self.nodes[n].session.handle_timeout(now);
         self.drain(n);
     }
 
-    /// Queues a wake-up for node `n`'s torrent timer if it moved earlier.
+    /// Queues a wake-up for node `n`'s session timer if it moved earlier.
     pub(crate) fn arm_timer(&mut self, n: NodeId) {
-        let Some(t) = self.nodes[n].torrent.poll_timeout() else {
+        let Some(t) = self.nodes[n].session.poll_timeout() else {
             return;
         };
         let t = self.since_epoch(t).max(self.now);
@@ -368,8 +403,19 @@ impl World {
     }
 
     /// Queues a storage answer for later.
-    pub(crate) fn schedule_storage(&mut self, at: Duration, n: NodeId, ev: StorageEvent) {
-        self.queue.push(at, WakeUp::Storage(n, ev));
+    pub(crate) fn schedule_storage(
+        &mut self,
+        at: Duration,
+        n: NodeId,
+        t: TransferId,
+        ev: StorageEvent,
+    ) {
+        self.queue.push(at, WakeUp::Storage(n, t, ev));
+    }
+
+    /// Queues a wake-up at `at` (not before now).
+    pub(crate) fn schedule(&mut self, at: Duration, w: WakeUp) {
+        self.queue.push(at.max(self.now), w);
     }
 }
 

@@ -33,6 +33,15 @@ pub enum Digest {
     Md4([u8; 16]),
 }
 
+impl Digest {
+    /// Whether `data` hashes to this digest (in its algorithm).
+    pub fn matches(&self, data: &[u8]) -> bool {
+        let mut h = Hasher::for_digest(self);
+        h.update(data);
+        h.matches(self)
+    }
+}
+
 /// An operation a protocol core asks the storage layer to perform.
 #[derive(Clone, Debug)]
 pub enum StorageOp {

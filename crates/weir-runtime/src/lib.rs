@@ -9,6 +9,7 @@
 pub mod bandwidth;
 pub mod bt;
 pub mod ed2k;
+pub mod engine;
 pub mod linkem;
 pub mod net;
 pub mod peerconn;

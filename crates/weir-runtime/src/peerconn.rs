@@ -137,6 +137,11 @@ impl WriteQueue {
     /// Queues `o` for the writer, or refuses it (see [`QueueError`]); a
     /// refused message is not sent at all (messages are never split).
     pub fn send(&self, o: Outgoing) -> Result<(), QueueError> {
+        // A writer that ended leaves its unwritten bytes counted: say it is
+        // closed, not full.
+        if self.tx.is_closed() {
+            return Err(QueueError::Closed);
+        }
         let len: u64 = o.data.iter().map(|b| b.len() as u64).sum();
         let before = self.queued.fetch_add(len, Ordering::AcqRel);
         if before > 0 && before + len > self.limit {

@@ -92,6 +92,7 @@ impl Session {
             file,
             hash: link.hash,
             book,
+            resumed: Vec::new(),
         });
         self.by_file.insert(file, id);
         self.mixed.push((id, file, scheme));

@@ -100,9 +100,16 @@ impl Session {
                     if let (Some(&id), Some(digests)) =
                         (self.by_file.get(&file), self.ed2k.digests(file))
                     {
+                        let resumed = self
+                            .transfers
+                            .get_mut(&id)
+                            .and_then(|t| t.ed2k.as_mut())
+                            .map(|e| std::mem::take(&mut e.resumed))
+                            .unwrap_or_default();
                         self.events.push_back(SessionEvent::OpenStorage {
                             transfer: id,
                             digests,
+                            resumed,
                         });
                     }
                 }

@@ -53,6 +53,9 @@ pub struct AddTorrent {
     pub had: Bitfield,
     /// Pieces to hash from storage first (data found without a journal).
     pub check: Bitfield,
+    /// Pieces an earlier run wrote the start of, `(piece, bytes)`: only the
+    /// rest is asked for (see [`SessionEvent::OpenStorage`]'s `resumed`).
+    pub partial: Vec<(u32, u32)>,
     /// Peers to dial (`--peer`).
     pub peers: Vec<SocketAddr>,
     /// Start paused.
@@ -70,6 +73,8 @@ pub struct AddEd2k {
     pub had: Bitfield,
     /// Parts to hash from storage once the part hashes are known.
     pub check: Bitfield,
+    /// Parts an earlier run wrote the start of, `(part, bytes)`.
+    pub partial: Vec<(u32, u32)>,
     /// Sources to dial besides the link's.
     pub peers: Vec<SocketAddr>,
     /// Start paused.
@@ -191,11 +196,18 @@ impl Session {
             tcfg.max_requests = m;
         }
         let digests = Torrent::digests(&meta);
+        let mut torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
+        let resumed = spec
+            .partial
+            .iter()
+            .map(|&(piece, bytes)| (piece, torrent.resume_partial(piece, bytes)))
+            .filter(|&(_, taken)| taken > 0)
+            .collect();
         self.events.push_back(SessionEvent::OpenStorage {
             transfer: id,
             digests,
+            resumed,
         });
-        let torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
         let mut book = self.book(u64::from(id.0));
         for p in spec.peers {
             self.learn(&mut book, p, Source::Manual, now);
@@ -249,7 +261,23 @@ impl Session {
             self.next_dial = Some(now);
             return Ok(id);
         }
-        let file = self.with_ed2k(now, |c| c.add_download(&spec.link, &spec.had, &spec.check))?;
+        // The client's events (DigestsKnown at once when the link has the
+        // part hashes) are pumped only once the transfer is in place.
+        self.lend();
+        let file = match self.ed2k.add_download(&spec.link, &spec.had, &spec.check) {
+            Ok(f) => f,
+            Err(e) => {
+                self.pump_ed2k(now);
+                self.unlend(now);
+                return Err(e.into());
+            }
+        };
+        let resumed: Vec<(u32, u32)> = spec
+            .partial
+            .iter()
+            .map(|&(part, bytes)| (part, self.ed2k.resume_partial(file, part, bytes)))
+            .filter(|&(_, taken)| taken > 0)
+            .collect();
         let id = self.new_id();
         let mut book = self.book(u64::from(id.0) << 8);
         for s in &spec.link.sources {
@@ -274,6 +302,7 @@ impl Session {
                     file,
                     hash: spec.link.hash,
                     book,
+                    resumed,
                 }),
                 run: if spec.paused {
                     RunState::Paused
@@ -289,7 +318,8 @@ impl Session {
                 ed2k_mismatch: false,
             },
         );
-        self.pump_ed2k_lent(now);
+        self.pump_ed2k(now);
+        self.unlend(now);
         self.ask_sources(now);
         self.next_dial = Some(now);
         Ok(id)
@@ -306,7 +336,16 @@ impl Session {
         if let Some(id) = self.find_ed2k(&hashes.file_hash) {
             return Err(AddError::Duplicate(id));
         }
-        let file = self.with_ed2k(now, |c| c.add_shared(name.clone(), hashes))?;
+        // Pumped once the transfer is in place (DigestsKnown comes at once).
+        self.lend();
+        let file = match self.ed2k.add_shared(name.clone(), hashes) {
+            Ok(f) => f,
+            Err(e) => {
+                self.pump_ed2k(now);
+                self.unlend(now);
+                return Err(e.into());
+            }
+        };
         let id = self.new_id();
         let book = self.book(u64::from(id.0) << 8);
         self.by_file.insert(file, id);
@@ -320,6 +359,7 @@ impl Session {
                     file,
                     hash: hashes.file_hash,
                     book,
+                    resumed: Vec::new(),
                 }),
                 run: RunState::Running,
                 seed: true,
@@ -331,7 +371,8 @@ impl Session {
                 ed2k_mismatch: false,
             },
         );
-        self.pump_ed2k_lent(now);
+        self.pump_ed2k(now);
+        self.unlend(now);
         self.offer_files();
         Ok(id)
     }
@@ -548,7 +589,15 @@ impl Session {
         self.conns.get(&conn)?.transfer
     }
 
-    /// The transfer's torrent (read-only: geometry, pieces had).
+    /// A torrent transfer's metainfo (for its trackers, saving it).
+    pub fn metainfo(&self, id: TransferId) -> Option<Arc<Metainfo>> {
+        self.transfers
+            .get(&id)
+            .and_then(|t| t.bt.as_ref())
+            .map(|b| b.meta.clone())
+    }
+
+    /// A torrent transfer's state machine (read-only).
     pub fn torrent(&self, id: TransferId) -> Option<&Torrent> {
         self.transfers.get(&id)?.bt.as_ref().map(|b| &b.torrent)
     }

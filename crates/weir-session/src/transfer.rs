@@ -49,6 +49,9 @@ pub(crate) struct Ed2kSide {
     pub(crate) file: FileId,
     pub(crate) hash: Md4Hash,
     pub(crate) book: PeerBook,
+    /// Parts resumed from an earlier run's partial writes, for the
+    /// storage's OpenStorage.
+    pub(crate) resumed: Vec<(u32, u32)>,
 }
 
 /// One transfer.

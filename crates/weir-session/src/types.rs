@@ -133,6 +133,10 @@ pub enum SessionEvent {
         transfer: TransferId,
         /// The digest of every piece of the transfer's primary grid.
         digests: Arc<[Digest]>,
+        /// Pieces whose first bytes an earlier run wrote and the transfer
+        /// took, `(piece, bytes)`: storage hashes them back before any new
+        /// write to those pieces.
+        resumed: Vec<(u32, u32)>,
     },
     /// Perform a storage operation for a transfer.
     Storage {

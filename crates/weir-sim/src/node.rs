@@ -622,6 +622,7 @@ impl World {
                         meta: spec.meta.clone(),
                         had,
                         check: Bitfield::new(np),
+                        partial: Vec::new(),
                         peers: t.peers.clone(),
                         paused: t.paused,
                         seed: true,
@@ -649,6 +650,7 @@ impl World {
                         link: spec.link(&[]),
                         had: Bitfield::new(parts),
                         check: Bitfield::new(parts),
+                        partial: Vec::new(),
                         peers: t.peers.clone(),
                         paused: t.paused,
                         seed: true,
@@ -719,7 +721,9 @@ impl World {
         let now = self.now();
         while let Some(ev) = self.nodes[n].session.poll_event() {
             match ev {
-                SessionEvent::OpenStorage { transfer, digests } => {
+                SessionEvent::OpenStorage {
+                    transfer, digests, ..
+                } => {
                     self.open_storage(n, transfer, digests)
                 }
                 SessionEvent::Storage { transfer, op } => self.execute(n, transfer, op),

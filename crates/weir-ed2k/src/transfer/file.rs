@@ -23,8 +23,11 @@ use crate::{AichHash, Md4Hash};
 pub(super) type Sender = Contribution;
 
 /// Contiguous data goes to storage in runs of at least this much (or at
-/// the end of a part): one vectored write per run, not per block.
-const WRITE_RUN: u32 = 256 * 1024;
+/// the end of a part). Below one eD2k block (180 KiB), so every block that
+/// continues its part is written as it completes: a killed download loses
+/// at most the blocks still arriving (the kill -9 suite: 1.028x the file
+/// pulled over 20 kills with 256 KiB runs).
+const WRITE_RUN: u32 = 64 * 1024;
 
 #[derive(Debug)]
 pub(super) struct Recovery {

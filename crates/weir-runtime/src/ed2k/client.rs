@@ -442,13 +442,13 @@ async fn open_blocking(
 }
 
 /// Names the journal and lock of a file: `.weir-resume-ed2k-<hash>`.
-fn journal_stem(hash: &Md4Hash) -> String {
+pub(crate) fn journal_stem(hash: &Md4Hash) -> String {
     format!("ed2k-{}", hash.to_hex().to_ascii_lowercase())
 }
 
 /// The part digests a link gives (a file below one part: its file hash;
 /// otherwise its `p=` part hashes, if any).
-fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
+pub(crate) fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
     let n = weir_ed2k::geometry(link.size).piece_count() as usize;
     if weir_ed2k::hashset_len(link.size) == 0 {
         return Some(vec![Digest::Md4(link.hash.0); n].into());
@@ -458,7 +458,7 @@ fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
 }
 
 /// The part digests of data that hashes to `hash` (`None` otherwise).
-fn derive_digests(r: &mut dyn std::io::Read, size: u64, hash: Md4Hash) -> Option<Arc<[Digest]>> {
+pub(crate) fn derive_digests(r: &mut dyn std::io::Read, size: u64, hash: Md4Hash) -> Option<Arc<[Digest]>> {
     let mut h = weir_ed2k::hash::Ed2kHasher::md4_only();
     let mut buf = vec![0u8; 4 << 20];
     loop {

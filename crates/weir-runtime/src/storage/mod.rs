@@ -249,6 +249,28 @@ impl DiskStorage {
         }
     }
 
+    /// Hashes `len` stored bytes at transfer offset `offset` against
+    /// `digest` on a blocking thread and calls `done` with the verdict (a
+    /// read that fails is a mismatch). For a secondary scheme's unit, e.g.
+    /// the eD2k part of a torrent's file; `len` is bounded by the caller
+    /// (one unit).
+    pub fn check_range(
+        &self,
+        offset: u64,
+        len: u64,
+        digest: weir_core::storage::Digest,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) {
+        let files = self.shared.files.clone();
+        std::thread::spawn(move || {
+            let ok = usize::try_from(len)
+                .ok()
+                .and_then(|n| files.read(offset, n).ok())
+                .is_some_and(|data| digest.matches(&data));
+            done(ok);
+        });
+    }
+
     /// Queues an operation. Never blocks.
     pub fn submit(&self, op: StorageOp) {
         let n = self.senders.len() as u64;

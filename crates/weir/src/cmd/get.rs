@@ -62,8 +62,9 @@ pub(crate) struct TransferOpts {
 /// Arguments of `weir get`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// .torrent files (several share the bandwidth caps), or one
-    /// `ed2k://|file|...|/` link.
+    /// .torrent files and `ed2k://|file|...|/` links, in any mix: several
+    /// run in one session (one port per protocol, shared caps), and a link
+    /// naming a torrent's file fetches that file from both networks.
     #[arg(required = true, num_args = 1..)]
     sources: Vec<String>,
     /// Download directory.
@@ -116,23 +117,48 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         overwrite: args.overwrite,
         space_check: !args.no_space_check,
     };
-    if let Some(link) = args.sources.iter().find(|s| s.starts_with("ed2k://")) {
-        if args.sources.len() > 1 {
-            return Err(bad_input("an ed2k:// link is downloaded on its own"));
-        }
-        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts, dir);
-    }
-    let metas = args
-        .sources
-        .iter()
-        .map(|s| load_torrent(s))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let order = if args.sequential {
         Order::Sequential
     } else {
         Order::RarestFirst
     };
-    run_torrents(ctx, metas, args.out, args.seed, order, &args.opts, dir)
+    if let [link] = args.sources.as_slice()
+        && is_ed2k_link(link)
+    {
+        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts, dir);
+    }
+    let mut torrents = Vec::new();
+    let mut links = Vec::new();
+    for s in &args.sources {
+        if is_ed2k_link(s) {
+            links.push(
+                weir_ed2k::link::FileLink::parse(s)
+                    .map_err(|e| bad_input(format!("{s}: {e}")))?,
+            );
+        } else {
+            torrents.push(load_torrent(s)?);
+        }
+    }
+    if links.is_empty() && torrents.len() == 1 {
+        return run_torrents(ctx, torrents, args.out, args.seed, order, &args.opts, dir);
+    }
+    // Several sources, or both networks: one engine for all of them.
+    crate::cmd::multi::run(
+        ctx,
+        crate::cmd::multi::Sources { torrents, links },
+        crate::cmd::multi::RunOpts {
+            out: args.out,
+            seed: args.seed,
+            order,
+            opts: &args.opts,
+            dir,
+        },
+    )
+}
+
+/// Whether a source is an eD2k link rather than a .torrent path.
+fn is_ed2k_link(s: &str) -> bool {
+    s.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("ed2k://"))
 }
 
 /// Reads and checks a .torrent; a bad one exits 2 naming the problem.
@@ -166,7 +192,7 @@ fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
 }
 
 /// Why weir has no way to find peers for `meta` (`None`: it has some).
-fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
+pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
     if !opts.peers.is_empty() {
         return None;
     }
@@ -179,7 +205,7 @@ fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
 }
 
 /// What to check when a torrent's sources give no peer.
-fn source_hint(opts: &TransferOpts) -> &'static str {
+pub(crate) fn source_hint(opts: &TransferOpts) -> &'static str {
     if opts.no_trackers {
         "check that the --peer addresses run a client that has this torrent and let it in"
     } else {

@@ -9,6 +9,7 @@ pub(crate) mod get;
 pub(crate) mod hash;
 pub(crate) mod info;
 pub(crate) mod linkem;
+pub(crate) mod multi;
 pub(crate) mod peers;
 pub(crate) mod seed;
 pub(crate) mod zmodem;

@@ -1,0 +1,944 @@
+//! The driver task: owns the session, carries out its events, feeds it
+//! every input.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+use weir_bt::wire::{Handshake, Limits as BtLimits};
+use weir_core::peers::Source;
+use weir_core::storage::{FileLayout, StorageEvent};
+use weir_session::{
+    AddEd2k, AddTorrent, ConnId, Established, LogLevel, Proto, Session, SessionEvent,
+    TransferEvent, TransferId, TransferInfo,
+};
+
+use super::trackers::{Announcer, Standing};
+use super::wire::{self, BtDecoder, Ed2kDecoder, Wire};
+use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
+use crate::peerconn::{self, ConnEvent, Outgoing, QueueError, WriteQueue};
+use crate::storage::{self, DiskStorage, Opened, TransferSpec};
+
+/// Bytes one connection may have queued and not written before it is
+/// dropped for not reading (the core's own upload watermark is 4-8 MiB).
+const WRITE_LIMIT: u64 = 16 << 20;
+/// Bytes an eD2k server connection may have queued.
+const SERVER_WRITE_LIMIT: u64 = 4 << 20;
+
+/// What the progress display reads, a few times a second.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every transfer.
+    pub transfers: Vec<TransferInfo>,
+    /// Connections by stage.
+    pub peers: usize,
+    /// Dials in progress.
+    pub dialing: usize,
+    /// The engine has stopped.
+    pub done: bool,
+}
+
+/// Inputs of the driver.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Accepted {
+        proto: Proto,
+        stream: TcpStream,
+        addr: SocketAddr,
+    },
+    BtRoute {
+        info_hash: [u8; 20],
+        reply: oneshot::Sender<Option<Handshake>>,
+    },
+    Handshaked {
+        conn: ConnId,
+        stream: TcpStream,
+        established: Established,
+        leftover: BytesMut,
+    },
+    Failed {
+        conn: ConnId,
+        error: String,
+    },
+    Conn(ConnEvent<Wire>),
+    Storage {
+        transfer: TransferId,
+        ev: StorageEvent,
+    },
+    Opened {
+        pending: Box<Pending>,
+        result: Result<Opened, storage::OpenError>,
+    },
+    TrackerPeers {
+        transfer: TransferId,
+        peers: Vec<SocketAddr>,
+    },
+    RangeChecked {
+        transfer: TransferId,
+        scheme: weir_core::content::SchemeId,
+        unit: u32,
+        ok: bool,
+    },
+    Command(Command),
+}
+
+impl From<ConnEvent<Wire>> for Msg {
+    fn from(e: ConnEvent<Wire>) -> Self {
+        Msg::Conn(e)
+    }
+}
+
+/// A transfer whose storage is being opened.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    Torrent(Box<TorrentSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    Ed2k(Box<Ed2kSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    Share(Box<SharedSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+}
+
+struct ConnState {
+    proto: Proto,
+    writer: WriteQueue,
+    reader: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
+}
+
+/// A transfer's storage: opened and waiting for its digests, or running.
+enum Store {
+    Waiting(Box<Opened>),
+    Running(DiskStorage),
+}
+
+struct Driver {
+    cfg: EngineConfig,
+    session: Session,
+    tx: mpsc::Sender<Msg>,
+    storage_tx: mpsc::UnboundedSender<(TransferId, StorageEvent)>,
+    conns: HashMap<ConnId, ConnState>,
+    /// Dials and handshakes in progress.
+    pending: HashMap<ConnId, AbortHandle>,
+    stores: HashMap<TransferId, Store>,
+    forwarders: HashMap<TransferId, JoinHandle<()>>,
+    announcers: HashMap<TransferId, Announcer>,
+    progress: watch::Sender<Snapshot>,
+    started: Instant,
+    last_complete: Option<Instant>,
+    fatal: Option<EngineError>,
+    accept_tasks: Vec<JoinHandle<()>>,
+    stopping: bool,
+}
+
+pub(super) fn spawn(
+    cfg: EngineConfig,
+    bt: Option<TcpListener>,
+    ed2k: Option<TcpListener>,
+) -> (
+    mpsc::Sender<Msg>,
+    watch::Receiver<Snapshot>,
+    JoinHandle<Result<Summary, EngineError>>,
+) {
+    // Small: each message may carry a 512 KiB read, and while storage is
+    // behind the readers must stop soon after the driver does.
+    let (tx, rx) = mpsc::channel::<Msg>(64);
+    let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let (progress, progress_rx) = watch::channel(Snapshot::default());
+    let mut accept_tasks = Vec::new();
+    for (proto, l) in [(Proto::Bt, bt), (Proto::Ed2k, ed2k)] {
+        if let Some(l) = l {
+            let tx = tx.clone();
+            let policy = cfg.session.policy.clone();
+            accept_tasks.push(tokio::spawn(async move {
+                crate::net::accept_loop(&policy, &l, |stream, addr| {
+                    let tx = tx.clone();
+                    async move {
+                        tx.send(Msg::Accepted {
+                            proto,
+                            stream,
+                            addr,
+                        })
+                        .await
+                        .is_ok()
+                    }
+                })
+                .await;
+            }));
+        }
+    }
+    let session = Session::new(cfg.session.clone());
+    let driver = Driver {
+        cfg,
+        session,
+        tx: tx.clone(),
+        storage_tx,
+        conns: HashMap::new(),
+        pending: HashMap::new(),
+        stores: HashMap::new(),
+        forwarders: HashMap::new(),
+        announcers: HashMap::new(),
+        progress,
+        started: Instant::now(),
+        last_complete: None,
+        fatal: None,
+        accept_tasks,
+        stopping: false,
+    };
+    let task = tokio::spawn(driver.run(rx, storage_rx));
+    (tx, progress_rx, task)
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Msg>,
+        mut storage_rx: mpsc::UnboundedReceiver<(TransferId, StorageEvent)>,
+    ) -> Result<Summary, EngineError> {
+        let mut report = tokio::time::interval(self.cfg.report_every);
+        report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut added_any = false;
+        loop {
+            if self.stopping || self.fatal.is_some() {
+                break;
+            }
+            if added_any && !self.cfg.keep_running && self.session.is_done() {
+                break;
+            }
+            let deadline = self.session.poll_timeout().map(tokio::time::Instant::from_std);
+            // Hashing or the disk behind the network: leave the peers'
+            // messages unread (TCP then slows them) until the workers catch
+            // up; each piece they finish wakes this loop.
+            let backlogged = self.backlog() > storage::BACKLOG_LIMIT;
+            tokio::select! {
+                biased;
+                Some((t, ev)) = storage_rx.recv() => {
+                    let now = Instant::now();
+                    self.session.storage(t, ev, now);
+                    while let Ok((t, ev)) = storage_rx.try_recv() {
+                        self.session.storage(t, ev, now);
+                    }
+                }
+                m = rx.recv(), if !backlogged => match m {
+                    Some(Msg::Command(Command::Stop)) | None => self.stopping = true,
+                    Some(m) => {
+                        if matches!(m, Msg::Command(Command::AddTorrent(..) | Command::AddEd2k(..) | Command::Share(..))) {
+                            added_any = true;
+                        }
+                        self.handle(m);
+                    }
+                },
+                _ = sleep_until(deadline) => self.session.handle_timeout(Instant::now()),
+                _ = report.tick() => self.publish(false),
+            }
+            self.carry_out();
+        }
+        self.shutdown().await;
+        let now = Instant::now();
+        let transfers: Vec<TransferInfo> = self
+            .session
+            .transfer_ids()
+            .filter_map(|id| self.session.info(id, now))
+            .collect();
+        if let Some(e) = self.fatal.take() {
+            return Err(e);
+        }
+        Ok(Summary {
+            transfers,
+            elapsed: self.last_complete.unwrap_or(now) - self.started,
+        })
+    }
+
+    fn backlog(&self) -> u64 {
+        self.stores
+            .values()
+            .map(|s| match s {
+                Store::Running(d) => d.backlog(),
+                Store::Waiting(_) => 0,
+            })
+            .sum()
+    }
+
+    fn handle(&mut self, m: Msg) {
+        let now = Instant::now();
+        match m {
+            Msg::Accepted {
+                proto,
+                stream,
+                addr,
+            } => match self.session.incoming(proto, addr, now) {
+                Ok(conn) => match proto {
+                    Proto::Bt => {
+                        let t = tokio::spawn(wire::accept_bt(
+                            conn,
+                            stream,
+                            self.cfg.handshake_timeout,
+                            self.tx.clone(),
+                        ));
+                        self.pending.insert(conn, t.abort_handle());
+                    }
+                    _ => {
+                        let _ = stream.set_nodelay(true);
+                        let local_ip = match stream.local_addr().map(|a| a.ip()) {
+                            Ok(std::net::IpAddr::V4(v4)) => Some(v4),
+                            Ok(std::net::IpAddr::V6(v6)) => v6.to_ipv4_mapped(),
+                            Err(_) => None,
+                        };
+                        self.on_handshaked(
+                            conn,
+                            stream,
+                            Established::Ed2k { local_ip },
+                            BytesMut::new(),
+                            now,
+                        );
+                    }
+                },
+                Err(e) => tracing::debug!("{proto} connection from {addr} refused: {e}"),
+            },
+            Msg::BtRoute { info_hash, reply } => {
+                let _ = reply.send(self.session.bt_route(&info_hash));
+            }
+            Msg::Handshaked {
+                conn,
+                stream,
+                established,
+                leftover,
+            } => {
+                self.pending.remove(&conn);
+                self.on_handshaked(conn, stream, established, leftover, now);
+            }
+            Msg::Failed { conn, error } => {
+                self.pending.remove(&conn);
+                tracing::debug!("connection {conn}: {error}");
+                self.session.dial_failed(conn, &error, now);
+            }
+            Msg::Conn(ev) => self.on_conn_event(ev, now),
+            Msg::Storage { transfer, ev } => self.session.storage(transfer, ev, now),
+            Msg::Opened { pending, result } => self.on_opened(*pending, result, now),
+            Msg::TrackerPeers { transfer, peers } => {
+                self.session
+                    .add_peers(transfer, Proto::Bt, &peers, Source::Tracker, now);
+            }
+            Msg::RangeChecked {
+                transfer,
+                scheme,
+                unit,
+                ok,
+            } => self.session.range_checked(transfer, scheme, unit, ok, now),
+            Msg::Command(c) => self.on_command(c, now),
+        }
+    }
+
+    fn on_handshaked(
+        &mut self,
+        conn: ConnId,
+        stream: TcpStream,
+        established: Established,
+        leftover: BytesMut,
+        now: Instant,
+    ) {
+        let proto = match &established {
+            Established::Bt { .. } => Proto::Bt,
+            Established::Ed2k { .. } => Proto::Ed2k,
+            Established::Ed2kServer => Proto::Ed2kServer,
+        };
+        let pieces = match &established {
+            Established::Bt { theirs, .. } => self
+                .session
+                .find_torrent(&theirs.info_hash)
+                .and_then(|id| self.session.torrent(id))
+                .map(|t| t.geometry().piece_count()),
+            _ => None,
+        };
+        if let Err(e) = self.session.established(conn, established, now) {
+            tracing::debug!("connection {conn} refused: {e}");
+            return;
+        }
+        let (rd, wr) = stream.into_split();
+        let limit = if proto == Proto::Ed2kServer {
+            SERVER_WRITE_LIMIT
+        } else {
+            WRITE_LIMIT
+        };
+        let (writer, wrx) = peerconn::write_queue(limit);
+        let (down, up) = if proto == Proto::Ed2kServer {
+            (crate::bandwidth::Limiter::unlimited(), crate::bandwidth::Limiter::unlimited())
+        } else {
+            (self.cfg.down.clone(), self.cfg.up.clone())
+        };
+        let reader = match proto {
+            Proto::Bt => tokio::spawn(peerconn::reader(
+                conn,
+                rd,
+                leftover,
+                BtDecoder(BtLimits::new(pieces.unwrap_or(0))),
+                down,
+                self.tx.clone(),
+            )),
+            Proto::Ed2k => tokio::spawn(peerconn::reader(
+                conn,
+                rd,
+                leftover,
+                Ed2kDecoder::peer(),
+                down,
+                self.tx.clone(),
+            )),
+            Proto::Ed2kServer => tokio::spawn(peerconn::reader(
+                conn,
+                rd,
+                BytesMut::with_capacity(64 << 10),
+                Ed2kDecoder::server(),
+                down,
+                self.tx.clone(),
+            )),
+        };
+        let writer_task = tokio::spawn(peerconn::writer::<Wire, Msg>(
+            conn,
+            wr,
+            wrx,
+            up,
+            self.tx.clone(),
+        ));
+        self.conns.insert(
+            conn,
+            ConnState {
+                proto,
+                writer,
+                reader,
+                writer_task,
+            },
+        );
+    }
+
+    fn on_conn_event(&mut self, ev: ConnEvent<Wire>, now: Instant) {
+        match ev {
+            ConnEvent::Messages { conn, msgs } => {
+                let Some(c) = self.conns.get(&conn) else {
+                    return;
+                };
+                match c.proto {
+                    Proto::Bt => {
+                        let m = msgs
+                            .into_iter()
+                            .filter_map(|w| match w {
+                                Wire::Bt(m) => Some(m),
+                                Wire::Ed2k(_) => None,
+                            })
+                            .collect();
+                        self.session.bt_messages(conn, m, now);
+                    }
+                    _ => {
+                        let p = msgs
+                            .into_iter()
+                            .filter_map(|w| match w {
+                                Wire::Ed2k(p) => Some(p),
+                                Wire::Bt(_) => None,
+                            })
+                            .collect();
+                        self.session.ed2k_packets(conn, p, now);
+                    }
+                }
+            }
+            ConnEvent::ReadError { conn, reason } => {
+                tracing::debug!("connection {conn}: {reason}; closed");
+                self.drop_conn(conn, false);
+                self.session.closed(conn, Some(reason), now);
+            }
+            ConnEvent::Closed { conn } => {
+                self.drop_conn(conn, false);
+                self.session.closed(conn, None, now);
+            }
+            ConnEvent::Sent { conn, bytes } => self.session.sent(conn, bytes, now),
+        }
+    }
+
+    /// Forgets a connection's tasks: the writer flushes for a bounded time
+    /// (not at all when `now`), the reader stops.
+    fn drop_conn(&mut self, conn: ConnId, now: bool) {
+        if let Some(a) = self.pending.remove(&conn) {
+            a.abort();
+        }
+        if let Some(c) = self.conns.remove(&conn) {
+            c.reader.abort();
+            drop(c.writer);
+            if now {
+                c.writer_task.abort();
+            } else {
+                peerconn::linger(c.writer_task);
+            }
+        }
+    }
+
+    /// Carries out everything the session asked for.
+    fn carry_out(&mut self) {
+        while let Some(ev) = self.session.poll_event() {
+            let now = Instant::now();
+            match ev {
+                SessionEvent::OpenStorage {
+                    transfer,
+                    digests,
+                    resumed,
+                } => self.start_storage(transfer, digests, &resumed),
+                SessionEvent::Storage { transfer, op } => match self.stores.get(&transfer) {
+                    Some(Store::Running(d)) => d.submit(op),
+                    _ => tracing::debug!("storage op for {transfer} before its storage opened"),
+                },
+                SessionEvent::Dial {
+                    conn,
+                    proto,
+                    addr,
+                    hello,
+                } => {
+                    let local = match proto {
+                        Proto::Bt => self.cfg.bt_listen.map(|a| a.ip()),
+                        _ => self.cfg.ed2k_listen.map(|a| a.ip()),
+                    };
+                    let t = tokio::spawn(wire::dial(
+                        conn,
+                        self.cfg.session.policy.clone(),
+                        local,
+                        addr,
+                        hello,
+                        self.cfg.handshake_timeout,
+                        self.tx.clone(),
+                    ));
+                    self.pending.insert(conn, t.abort_handle());
+                }
+                SessionEvent::Send {
+                    conn,
+                    data,
+                    payload,
+                } => {
+                    let Some(c) = self.conns.get(&conn) else {
+                        continue;
+                    };
+                    match c.writer.send(Outgoing { data, payload }) {
+                        Ok(()) => {}
+                        Err(e @ QueueError::Full { .. }) => {
+                            tracing::info!("connection {conn}: {e}; dropped");
+                            self.drop_conn(conn, true);
+                            self.session.closed(conn, Some(e.to_string()), now);
+                        }
+                        Err(QueueError::Closed) => {}
+                    }
+                }
+                SessionEvent::Close { conn, reason } => {
+                    tracing::debug!("connection {conn}: {reason}; disconnected");
+                    self.drop_conn(conn, false);
+                }
+                SessionEvent::CheckRange {
+                    transfer,
+                    scheme,
+                    unit,
+                    offset,
+                    len,
+                    digest,
+                } => match self.stores.get(&transfer) {
+                    Some(Store::Running(d)) => {
+                        let tx = self.tx.clone();
+                        d.check_range(offset, len, digest, move |ok| {
+                            let _ = tx.blocking_send(Msg::RangeChecked {
+                                transfer,
+                                scheme,
+                                unit,
+                                ok,
+                            });
+                        });
+                    }
+                    _ => tracing::debug!("range check for {transfer} before its storage opened"),
+                },
+                SessionEvent::Banned { ip, reason } => tracing::warn!("banning {ip}: {reason}"),
+                SessionEvent::Transfer { transfer, event } => self.on_transfer_event(transfer, event, now),
+                SessionEvent::Log { level, message } => match level {
+                    LogLevel::Debug => tracing::debug!("{message}"),
+                    LogLevel::Info => tracing::info!("{message}"),
+                    LogLevel::Warn => tracing::warn!("{message}"),
+                },
+            }
+        }
+    }
+
+    fn on_transfer_event(&mut self, id: TransferId, event: TransferEvent, now: Instant) {
+        match event {
+            TransferEvent::Complete => {
+                self.last_complete = Some(now);
+                self.publish(false);
+            }
+            TransferEvent::Failed(error) => {
+                let name = self
+                    .session
+                    .info(id, now)
+                    .map_or_else(|| id.to_string(), |i| i.name);
+                tracing::error!("{name}: {error}");
+                if !self.cfg.keep_running {
+                    self.fatal = Some(EngineError::Transfer { name, error });
+                }
+            }
+            TransferEvent::Checked => {
+                self.start_trackers(id);
+                self.publish(false);
+            }
+            TransferEvent::Verified(_) => {}
+        }
+    }
+
+    fn start_trackers(&mut self, id: TransferId) {
+        if !self.cfg.use_trackers || self.announcers.contains_key(&id) {
+            return;
+        }
+        let Some(t) = self.session.torrent(id) else {
+            return;
+        };
+        let Some(meta) = self.session.metainfo(id) else {
+            return;
+        };
+        let standing = Standing {
+            left: t.stats(Instant::now()).bytes_left,
+            complete: t.is_complete(),
+            ..Standing::default()
+        };
+        if let Some(a) = Announcer::start(
+            id,
+            &meta,
+            &self.cfg.session.policy,
+            self.cfg.session.peer_id,
+            self.cfg.session.bt_port.unwrap_or(0),
+            self.cfg.bt_listen.map(|a| a.ip()),
+            standing,
+            self.tx.clone(),
+        ) {
+            self.announcers.insert(id, a);
+        }
+    }
+
+    fn on_command(&mut self, c: Command, now: Instant) {
+        match c {
+            Command::AddTorrent(src, reply) => {
+                let (root, layout) = layout_of(&src.meta, &src.dir);
+                let geometry = weir_core::geometry::Geometry::new(
+                    src.meta.info.total_length(),
+                    src.meta.info.piece_length,
+                    weir_bt::wire::BLOCK_LEN,
+                )
+                .expect("metainfo guarantees a valid geometry");
+                let spec = TransferSpec {
+                    dir: root,
+                    layout,
+                    geometry,
+                    digests: Some(weir_bt::torrent::Torrent::digests(&src.meta)),
+                    id: src.meta.info_hash.to_vec(),
+                    stem: hex16(&src.meta.info_hash),
+                    name: src.meta.info.name.clone(),
+                };
+                let mut opts = src.open;
+                opts.workers = self.cfg.storage_workers;
+                self.open_storage(Pending::Torrent(src, reply), spec, opts, None);
+            }
+            Command::AddEd2k(src, reply) => {
+                let l = &src.link;
+                let spec = TransferSpec {
+                    dir: src.dir.clone(),
+                    layout: FileLayout::new([(std::path::PathBuf::from(&l.name), l.size)]),
+                    geometry: weir_ed2k::geometry(l.size),
+                    digests: crate::ed2k::client::link_digests(l),
+                    id: l.hash.0.to_vec(),
+                    stem: crate::ed2k::client::journal_stem(&l.hash),
+                    name: l.name.clone(),
+                };
+                let mut opts = src.open;
+                opts.workers = self.cfg.storage_workers;
+                // Without the part hashes, a file already there proves
+                // itself by its file hash.
+                let (size, hash) = (l.size, l.hash);
+                let derive: storage::DeriveDigests = Box::new(move |r| {
+                    crate::ed2k::client::derive_digests(r, size, hash)
+                });
+                self.open_storage(Pending::Ed2k(src, reply), spec, opts, Some(derive));
+            }
+            Command::Share(src, reply) => {
+                let h = &src.hashes;
+                let (dir, name) = split_path(&src.path);
+                let spec = TransferSpec {
+                    dir,
+                    layout: FileLayout::new([(std::path::PathBuf::from(&name), h.size)]),
+                    geometry: weir_ed2k::geometry(h.size),
+                    digests: Some(h.part_digests().into()),
+                    id: h.file_hash.0.to_vec(),
+                    stem: crate::ed2k::client::journal_stem(&h.file_hash),
+                    name,
+                };
+                // Hashed by the caller just now; shared as it is, read-only.
+                let opts = storage::OpenOptions {
+                    journal: false,
+                    verified_by_caller: true,
+                    workers: self.cfg.storage_workers,
+                    ..storage::OpenOptions::seed()
+                };
+                self.open_storage(Pending::Share(src, reply), spec, opts, None);
+            }
+            Command::AddServer(addr) => self.session.add_ed2k_server(addr, now),
+            Command::Pause(id) => self.session.pause(id, now),
+            Command::Resume(id) => self.session.resume(id, now),
+            Command::Remove(id, reply) => {
+                let ok = self.session.remove(id, now);
+                if let Some(Store::Running(d)) = self.stores.remove(&id) {
+                    tokio::task::spawn_blocking(move || d.close());
+                }
+                if let Some(f) = self.forwarders.remove(&id) {
+                    f.abort();
+                }
+                if let Some(a) = self.announcers.remove(&id) {
+                    tokio::spawn(a.stop());
+                }
+                let _ = reply.send(ok);
+            }
+            Command::Snapshot(reply) => {
+                let all = self
+                    .session
+                    .transfer_ids()
+                    .filter_map(|id| self.session.info(id, now))
+                    .collect();
+                let _ = reply.send(all);
+            }
+            Command::Stop => self.stopping = true,
+        }
+    }
+
+    /// Opens storage on a blocking thread (existing data is hashed there);
+    /// the result comes back as [`Msg::Opened`].
+    fn open_storage(
+        &mut self,
+        pending: Pending,
+        spec: TransferSpec,
+        opts: storage::OpenOptions,
+        derive: Option<storage::DeriveDigests>,
+    ) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let result = tokio::task::spawn_blocking(move || storage::open(spec, opts, derive))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(storage::OpenError::Io {
+                        path: std::path::PathBuf::new(),
+                        source: std::io::Error::other(e.to_string()),
+                    })
+                });
+            let _ = tx
+                .send(Msg::Opened {
+                    pending: Box::new(pending),
+                    result,
+                })
+                .await;
+        });
+    }
+
+    fn on_opened(&mut self, pending: Pending, result: Result<Opened, storage::OpenError>, now: Instant) {
+        let opened = match result {
+            Ok(o) => o,
+            Err(e) => {
+                let e = EngineError::Open(e);
+                match pending {
+                    Pending::Torrent(_, r) | Pending::Ed2k(_, r) | Pending::Share(_, r) => {
+                        let _ = r.send(Err(e));
+                    }
+                }
+                return;
+            }
+        };
+        let (added, reply) = match pending {
+            Pending::Torrent(src, reply) => {
+                let r = self.session.add_torrent(
+                    AddTorrent {
+                        meta: src.meta.clone(),
+                        had: opened.had.clone(),
+                        check: opened.check.clone(),
+                        partial: opened.partial.clone(),
+                        peers: src.peers.clone(),
+                        paused: src.paused,
+                        seed: src.seed,
+                    },
+                    now,
+                );
+                (r, reply)
+            }
+            Pending::Ed2k(src, reply) => {
+                let r = self.session.add_ed2k(
+                    AddEd2k {
+                        link: src.link.clone(),
+                        had: opened.had.clone(),
+                        check: opened.check.clone(),
+                        partial: opened.partial.clone(),
+                        peers: src.peers.clone(),
+                        paused: false,
+                        seed: src.seed,
+                    },
+                    now,
+                );
+                (r, reply)
+            }
+            Pending::Share(src, reply) => {
+                let name = split_path(&src.path).1;
+                let r = self.session.share_ed2k(name, &src.hashes, now);
+                (r, reply)
+            }
+        };
+        match added {
+            Ok(id) => {
+                // Digests known now start the storage at once (the
+                // session's OpenStorage event for it is already queued).
+                self.stores.insert(id, Store::Waiting(Box::new(opened)));
+                let _ = reply.send(Ok(id));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(EngineError::Add(e)));
+            }
+        }
+    }
+
+    fn start_storage(
+        &mut self,
+        id: TransferId,
+        digests: Arc<[weir_core::storage::Digest]>,
+        resumed: &[(u32, u32)],
+    ) {
+        let Some(Store::Waiting(opened)) = self.stores.remove(&id) else {
+            tracing::debug!("{id}: storage opened twice or unknown");
+            return;
+        };
+        let (etx, mut erx) = mpsc::unbounded_channel();
+        match opened.start(digests, resumed, etx) {
+            Ok(d) => {
+                self.stores.insert(id, Store::Running(d));
+                let fwd = self.storage_tx.clone();
+                self.forwarders.insert(
+                    id,
+                    tokio::spawn(async move {
+                        while let Some(ev) = erx.recv().await {
+                            if fwd.send((id, ev)).is_err() {
+                                return;
+                            }
+                        }
+                    }),
+                );
+            }
+            Err(e) => self.fatal = Some(EngineError::Storage(e)),
+        }
+    }
+
+    fn publish(&mut self, done: bool) {
+        let now = Instant::now();
+        let transfers: Vec<TransferInfo> = self
+            .session
+            .transfer_ids()
+            .filter_map(|id| self.session.info(id, now))
+            .collect();
+        for t in &transfers {
+            if let Some(a) = self.announcers.get(&t.id) {
+                a.standing.send_if_modified(|s| {
+                    let new = Standing {
+                        uploaded: t.uploaded.0,
+                        downloaded: t.downloaded.0,
+                        left: t.size - t.bytes_had.min(t.size),
+                        complete: t.complete_at.is_some(),
+                        peers: t.peers,
+                    };
+                    let changed = *s != new;
+                    *s = new;
+                    changed
+                });
+            }
+        }
+        let c = self.session.counts();
+        let _ = self.progress.send(Snapshot {
+            transfers,
+            peers: c.peers,
+            dialing: c.dialing,
+            done,
+        });
+    }
+
+    async fn shutdown(&mut self) {
+        for t in self.accept_tasks.drain(..) {
+            t.abort();
+        }
+        self.publish(true);
+        let stops: Vec<Announcer> = self.announcers.drain().map(|(_, a)| a).collect();
+        for a in stops {
+            a.stop().await;
+        }
+        let conns: Vec<ConnId> = self.conns.keys().copied().chain(self.pending.keys().copied()).collect();
+        for c in conns {
+            self.drop_conn(c, false);
+        }
+        let stores: Vec<DiskStorage> = self
+            .stores
+            .drain()
+            .filter_map(|(_, s)| match s {
+                Store::Running(d) => Some(d),
+                Store::Waiting(_) => None,
+            })
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for d in stores {
+                d.close();
+            }
+        })
+        .await;
+        for (_, f) in self.forwarders.drain() {
+            f.abort();
+        }
+    }
+}
+
+/// The layout of a torrent's files under `dir`.
+pub(crate) fn layout_of(
+    meta: &weir_bt::metainfo::Metainfo,
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, FileLayout) {
+    if meta.info.single_file {
+        let f = &meta.info.files[0];
+        (
+            dir.to_path_buf(),
+            FileLayout::new([(std::path::PathBuf::from(&meta.info.name), f.length)]),
+        )
+    } else {
+        let root = dir.join(&meta.info.name);
+        let files = meta
+            .info
+            .files
+            .iter()
+            .map(|f| (f.path.iter().collect::<std::path::PathBuf>(), f.length));
+        (root, FileLayout::new(files))
+    }
+}
+
+fn hex16(h: &[u8; 20]) -> String {
+    h.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn split_path(p: &std::path::Path) -> (std::path::PathBuf, String) {
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| std::path::PathBuf::from("."), std::path::Path::to_path_buf);
+    let name = p
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    (dir, name)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Msg>();
+    let _ = Duration::ZERO;
+}

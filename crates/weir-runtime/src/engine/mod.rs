@@ -1,0 +1,354 @@
+//! The engine: one session (`weir_session::Session`) over tokio, for every
+//! transfer of every protocol in the process.
+//!
+//! ```text
+//! listeners (one per protocol) --accept--> Session::incoming --> handshake task
+//!   (BitTorrent: routed by info-hash through Session::bt_route)
+//! Session Dial --> dial task (connect, handshake) --> Session::established
+//! reader (512 KiB reads, decode in place) --Vec<Wire>--> driver --> Session
+//! Session Send --> writer (vectored writes, bounded queue) --Sent--> Session
+//! Session Storage{transfer} --> that transfer's storage --StorageEvent--> Session
+//! trackers (per torrent) --peers--> Session::add_peers
+//! ```
+//!
+//! One task (the driver) owns the session and is the only one that decides
+//! anything; every other task moves bytes. Nothing in the request path
+//! sleeps or polls: every input is handled as it arrives and everything it
+//! causes goes out before the next input. A CLI run, `weir seed` and the
+//! daemon all drive the same engine; the simulator drives the same session
+//! in virtual time.
+
+mod driver;
+mod trackers;
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use weir_bt::metainfo::Metainfo;
+use weir_ed2k::hash::FileHashes;
+use weir_ed2k::link::FileLink;
+use weir_session::{SessionConfig, TransferId, TransferInfo};
+
+use crate::bandwidth::Limiter;
+use crate::storage::{OpenError, OpenOptions};
+
+pub use driver::Snapshot;
+
+/// How to run an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// The session's settings (limits, identities, policy).
+    pub session: SessionConfig,
+    /// Where BitTorrent peers reach us (`None`: accept none).
+    pub bt_listen: Option<SocketAddr>,
+    /// Where eD2k clients reach us (`None`: accept none).
+    pub ed2k_listen: Option<SocketAddr>,
+    /// The global download cap chain (every connection obeys it).
+    pub down: Limiter,
+    /// The global upload cap chain.
+    pub up: Limiter,
+    /// Connect and handshake must finish within this.
+    pub handshake_timeout: Duration,
+    /// Announce torrents to their trackers.
+    pub use_trackers: bool,
+    /// Keep running when every transfer is done (seeding, the daemon).
+    pub keep_running: bool,
+    /// Storage worker threads per transfer.
+    pub storage_workers: usize,
+    /// How often progress snapshots are published.
+    pub report_every: Duration,
+    /// The eD2k user hash source: the session's hash is this one's for the
+    /// eD2k port bound (`None`: the session configuration's as given).
+    pub ed2k_user_hash: Option<crate::ed2k::userhash::UserHash>,
+}
+
+impl EngineConfig {
+    /// Defaults around a session configuration.
+    pub fn new(session: SessionConfig) -> Self {
+        Self {
+            session,
+            bt_listen: None,
+            ed2k_listen: None,
+            down: Limiter::unlimited(),
+            up: Limiter::unlimited(),
+            handshake_timeout: Duration::from_secs(15),
+            use_trackers: true,
+            keep_running: false,
+            storage_workers: 2,
+            report_every: Duration::from_millis(250),
+            ed2k_user_hash: None,
+        }
+    }
+}
+
+/// A torrent to add.
+#[derive(Clone, Debug)]
+pub struct TorrentSource {
+    /// The torrent.
+    pub meta: Arc<Metainfo>,
+    /// The download directory (a multi-file torrent goes in a subdirectory
+    /// named after it).
+    pub dir: PathBuf,
+    /// How storage is opened (download or seed, recheck, overwrite, ...).
+    pub open: OpenOptions,
+    /// Peers to dial.
+    pub peers: Vec<SocketAddr>,
+    /// Keep seeding when complete.
+    pub seed: bool,
+    /// Start paused.
+    pub paused: bool,
+}
+
+/// An eD2k download to add.
+#[derive(Clone, Debug)]
+pub struct Ed2kSource {
+    /// The file.
+    pub link: FileLink,
+    /// The download directory.
+    pub dir: PathBuf,
+    /// How storage is opened.
+    pub open: OpenOptions,
+    /// Sources to dial besides the link's.
+    pub peers: Vec<SocketAddr>,
+    /// Keep sharing when complete.
+    pub seed: bool,
+}
+
+/// A complete file to share on eD2k (hashed by the caller).
+#[derive(Clone, Debug)]
+pub struct SharedSource {
+    /// The file.
+    pub path: PathBuf,
+    /// Its hashes.
+    pub hashes: FileHashes,
+}
+
+/// Why the engine or one of its commands failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A transfer's storage could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Storage could not be started.
+    #[error("storage: {0}")]
+    Storage(std::io::Error),
+    /// The session refused the transfer.
+    #[error(transparent)]
+    Add(#[from] weir_session::AddError),
+    /// A transfer failed (its storage).
+    #[error("{name}: {error}")]
+    Transfer {
+        /// The transfer's name.
+        name: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The engine has stopped.
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Every transfer at the end.
+    pub transfers: Vec<TransferInfo>,
+    /// From start to the last completion (or to the stop).
+    pub elapsed: Duration,
+}
+
+/// Commands to the driver.
+#[derive(Debug)]
+pub(crate) enum Command {
+    AddTorrent(Box<TorrentSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    AddEd2k(Box<Ed2kSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    Share(Box<SharedSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    AddServer(SocketAddr),
+    Pause(TransferId),
+    Resume(TransferId),
+    Remove(TransferId, oneshot::Sender<bool>),
+    Snapshot(oneshot::Sender<Vec<TransferInfo>>),
+    Stop,
+}
+
+/// A running engine. Dropping it stops nothing; call [`Engine::stop`].
+#[derive(Debug)]
+pub struct Engine {
+    tx: mpsc::Sender<driver::Msg>,
+    progress: watch::Receiver<Snapshot>,
+    task: JoinHandle<Result<Summary, EngineError>>,
+    /// The address BitTorrent peers reach us on, if listening.
+    pub bt_addr: Option<SocketAddr>,
+    /// The address eD2k clients reach us on, if listening.
+    pub ed2k_addr: Option<SocketAddr>,
+}
+
+/// Sends commands to a running engine (cloneable; for signal handlers and
+/// front ends).
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<driver::Msg>,
+}
+
+impl Engine {
+    /// Binds the listeners and starts the driver.
+    pub async fn start(mut cfg: EngineConfig) -> Result<Engine, EngineError> {
+        let bt = match cfg.bt_listen {
+            Some(addr) => Some(
+                crate::net::listen_tcp(addr)
+                    .await
+                    .map_err(|source| EngineError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let ed2k = match cfg.ed2k_listen {
+            Some(addr) => Some(
+                crate::net::listen_tcp(addr)
+                    .await
+                    .map_err(|source| EngineError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let bt_addr = bt.as_ref().and_then(|l| l.local_addr().ok());
+        let ed2k_addr = ed2k.as_ref().and_then(|l| l.local_addr().ok());
+        cfg.session.bt_port = bt_addr.map(|a| a.port());
+        cfg.session.ed2k_port = ed2k_addr.map_or(0, |a| a.port());
+        if let Some(h) = &cfg.ed2k_user_hash {
+            cfg.session.user_hash = h.for_port(cfg.session.ed2k_port);
+        }
+        for a in [bt_addr, ed2k_addr].into_iter().flatten() {
+            if !cfg.session.own_ips.contains(&a.ip()) {
+                cfg.session.own_ips.push(a.ip());
+            }
+        }
+        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k);
+        Ok(Engine {
+            tx,
+            progress,
+            task,
+            bt_addr,
+            ed2k_addr,
+        })
+    }
+
+    /// A handle that sends commands after [`Engine::wait`] took this.
+    pub fn handle(&self) -> EngineHandle {
+        EngineHandle {
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// Progress, published a few times a second.
+    pub fn progress(&self) -> watch::Receiver<Snapshot> {
+        self.progress.clone()
+    }
+
+    /// Waits for the engine to end: every transfer done (unless
+    /// `keep_running`), stopped, or failed.
+    pub async fn wait(self) -> Result<Summary, EngineError> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(EngineError::Transfer {
+                name: "engine".into(),
+                error: format!("driver task failed: {e}"),
+            }),
+        }
+    }
+
+    /// Adds a torrent (opens its storage first: existing data is checked).
+    pub async fn add_torrent(&self, src: TorrentSource) -> Result<TransferId, EngineError> {
+        self.handle().add_torrent(src).await
+    }
+
+    /// Adds an eD2k download.
+    pub async fn add_ed2k(&self, src: Ed2kSource) -> Result<TransferId, EngineError> {
+        self.handle().add_ed2k(src).await
+    }
+
+    /// Shares a complete file on eD2k.
+    pub async fn share(&self, src: SharedSource) -> Result<TransferId, EngineError> {
+        self.handle().share(src).await
+    }
+
+    /// Adds an eD2k server to log into.
+    pub async fn add_server(&self, addr: SocketAddr) {
+        self.handle().command(Command::AddServer(addr)).await;
+    }
+
+    /// Asks the engine to stop (trackers get `stopped`, state is flushed).
+    pub async fn stop(&self) {
+        self.handle().stop().await;
+    }
+}
+
+impl EngineHandle {
+    async fn command(&self, c: Command) {
+        let _ = self.tx.send(driver::Msg::Command(c)).await;
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
+    ) -> Result<T, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.command(make(tx)).await;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// See [`Engine::add_torrent`].
+    pub async fn add_torrent(&self, src: TorrentSource) -> Result<TransferId, EngineError> {
+        self.ask(|r| Command::AddTorrent(Box::new(src), r)).await
+    }
+
+    /// See [`Engine::add_ed2k`].
+    pub async fn add_ed2k(&self, src: Ed2kSource) -> Result<TransferId, EngineError> {
+        self.ask(|r| Command::AddEd2k(Box::new(src), r)).await
+    }
+
+    /// See [`Engine::share`].
+    pub async fn share(&self, src: SharedSource) -> Result<TransferId, EngineError> {
+        self.ask(|r| Command::Share(Box::new(src), r)).await
+    }
+
+    /// Pauses a transfer.
+    pub async fn pause(&self, id: TransferId) {
+        self.command(Command::Pause(id)).await;
+    }
+
+    /// Resumes a paused transfer.
+    pub async fn resume(&self, id: TransferId) {
+        self.command(Command::Resume(id)).await;
+    }
+
+    /// Removes a transfer (its files stay).
+    pub async fn remove(&self, id: TransferId) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Remove(id, tx)).await;
+        rx.await.unwrap_or(false)
+    }
+
+    /// Every transfer now.
+    pub async fn snapshot(&self) -> Vec<TransferInfo> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Snapshot(tx)).await;
+        rx.await.unwrap_or_default()
+    }
+
+    /// Asks the engine to stop.
+    pub async fn stop(&self) {
+        self.command(Command::Stop).await;
+    }
+}

@@ -1,0 +1,209 @@
+//! Announcing a torrent to its trackers (BEP 3, BEP 12 tiers, BEP 15 UDP):
+//! `started` when the torrent starts, again every interval the tracker
+//! asks for, `completed` when the download completes, `stopped` when it
+//! stops. Peers the tracker returns go to the driver.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use weir_bt::metainfo::Metainfo;
+use weir_bt::tracker::{AnnounceRequest, Event as AnnounceEvent};
+use weir_core::policy::NetPolicy;
+use weir_session::TransferId;
+
+use super::driver::Msg;
+
+/// Longest wait between retries of a failing announce.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Re-announce after this many seconds while downloading with no peer.
+const STARVING_REANNOUNCE: u32 = 15;
+/// How long a `stopped` announce may take at shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an announce reports of its torrent, kept current by the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Standing {
+    pub(crate) uploaded: u64,
+    pub(crate) downloaded: u64,
+    pub(crate) left: u64,
+    pub(crate) complete: bool,
+    pub(crate) peers: usize,
+}
+
+/// The announce task of one torrent.
+#[derive(Debug)]
+pub(crate) struct Announcer {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+    pub(crate) standing: watch::Sender<Standing>,
+}
+
+struct Ctx {
+    id: TransferId,
+    policy: NetPolicy,
+    opts: crate::tracker::Options,
+    tiers: Vec<Vec<String>>,
+    base: AnnounceRequest,
+    tx: mpsc::Sender<Msg>,
+    standing: watch::Receiver<Standing>,
+}
+
+impl Announcer {
+    /// Starts announcing; `None` when the torrent lists no tracker.
+    pub(crate) fn start(
+        id: TransferId,
+        meta: &Arc<Metainfo>,
+        policy: &NetPolicy,
+        peer_id: [u8; 20],
+        port: u16,
+        local_ip: Option<IpAddr>,
+        initial: Standing,
+        tx: mpsc::Sender<Msg>,
+    ) -> Option<Self> {
+        let tiers = meta.trackers();
+        if tiers.iter().all(Vec::is_empty) {
+            return None;
+        }
+        let base = AnnounceRequest {
+            info_hash: meta.info_hash,
+            peer_id,
+            port,
+            uploaded: 0,
+            downloaded: 0,
+            left: meta.info.total_length(),
+            event: None,
+            numwant: Some(50),
+            key: Some(u32::from_le_bytes([
+                peer_id[12],
+                peer_id[13],
+                peer_id[14],
+                peer_id[15],
+            ])),
+            compact: true,
+        };
+        let opts = crate::tracker::Options {
+            local_ip: local_ip.filter(|ip| !ip.is_unspecified()),
+            ..Default::default()
+        };
+        let (standing_tx, standing) = watch::channel(initial);
+        let ctx = Ctx {
+            id,
+            policy: policy.clone(),
+            opts,
+            tiers,
+            base,
+            tx,
+            standing,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(run(ctx, stop_rx));
+        Some(Self {
+            stop: Some(stop_tx),
+            task,
+            standing: standing_tx,
+        })
+    }
+
+    /// Announces `stopped` (bounded in time) and ends.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = tokio::time::timeout(STOP_TIMEOUT + Duration::from_secs(1), &mut self.task).await;
+        self.task.abort();
+    }
+}
+
+async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    let mut event = Some(AnnounceEvent::Started);
+    let mut completed_sent = ctx.standing.borrow().complete;
+    let mut failures = 0u32;
+    loop {
+        let wait = match announce(&mut ctx, event).await {
+            Ok(interval) => {
+                failures = 0;
+                event = None;
+                interval
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!("tracker announce failed: {e}");
+                (Duration::from_secs(15) * 2u32.pow(failures.min(5))).min(MAX_BACKOFF)
+            }
+        };
+        let sleep = tokio::time::sleep(wait);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => break,
+                _ = &mut stop => {
+                    let _ = tokio::time::timeout(STOP_TIMEOUT, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
+                    return;
+                }
+                changed = ctx.standing.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let complete = ctx.standing.borrow().complete;
+                    if complete && !completed_sent {
+                        completed_sent = true;
+                        event = Some(AnnounceEvent::Completed);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Announces along the tiers (BEP 12): the first tracker that answers is
+/// moved to the front of its tier. Returns the interval to wait.
+async fn announce(ctx: &mut Ctx, event: Option<AnnounceEvent>) -> Result<Duration, String> {
+    let mut req = ctx.base.clone();
+    let s = *ctx.standing.borrow();
+    req.uploaded = s.uploaded;
+    req.downloaded = s.downloaded;
+    req.left = s.left;
+    req.event = event;
+    if event == Some(AnnounceEvent::Stopped) {
+        req.numwant = Some(0);
+    }
+    let mut last_err = String::from("no tracker");
+    for t in 0..ctx.tiers.len() {
+        for i in 0..ctx.tiers[t].len() {
+            let url = ctx.tiers[t][i].clone();
+            match crate::tracker::announce_with(&ctx.policy, &url, &req, &ctx.opts).await {
+                Ok(resp) => {
+                    let u = ctx.tiers[t].remove(i);
+                    ctx.tiers[t].insert(0, u);
+                    if let Some(w) = &resp.warning {
+                        tracing::warn!("tracker {url}: {w}");
+                    }
+                    tracing::debug!("tracker {url}: {} peers", resp.peers.len());
+                    if !resp.peers.is_empty() {
+                        let _ = ctx
+                            .tx
+                            .send(Msg::TrackerPeers {
+                                transfer: ctx.id,
+                                peers: resp.peers,
+                            })
+                            .await;
+                    }
+                    let mut secs = resp.interval.max(resp.min_interval.unwrap_or(0));
+                    // Starving (downloading with no peer): ask again as
+                    // soon as the tracker allows, not after the full interval.
+                    let s = *ctx.standing.borrow();
+                    if !s.complete && s.peers == 0 {
+                        secs = secs.min(resp.min_interval.unwrap_or(0).max(STARVING_REANNOUNCE));
+                    }
+                    return Ok(Duration::from_secs(u64::from(secs.clamp(15, 3600))));
+                }
+                Err(e) => last_err = format!("{url}: {e}"),
+            }
+        }
+    }
+    Err(last_err)
+}

@@ -1,0 +1,340 @@
+//! `weir get` / `weir seed` with several sources, or a mix of .torrent
+//! files and `ed2k://` links: every transfer in one engine
+//! (`weir_runtime::engine`), one listener per protocol, one disk pool, one
+//! pair of caps across both networks. An ed2k link that names a torrent's
+//! file (by its eD2k hash, or by size and name) joins that torrent's
+//! transfer: the file is fetched from both networks at once.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use weir_bt::metainfo::Metainfo;
+use weir_core::picker::Order;
+use weir_ed2k::link::FileLink;
+use weir_runtime::bandwidth::{Limiter, bucket};
+use weir_runtime::ed2k::userhash;
+use weir_runtime::engine::{
+    Ed2kSource, Engine, EngineConfig, EngineError, EngineHandle, TorrentSource,
+};
+use weir_runtime::storage::{Mode, OpenOptions};
+use weir_session::{Phase, SessionConfig, TransferId, TransferInfo};
+
+use crate::cmd::get::{DirPolicy, TransferOpts, open_error, resolve_peers};
+use crate::cmd::peers::{PeerWatch, Verdict};
+use crate::cmd::{Ctx, Signals, Stop};
+use crate::exit::bad_input;
+use crate::progress::{Progress, Sample, parse_rate};
+
+/// What to fetch or serve.
+pub(crate) struct Sources {
+    /// Torrents.
+    pub(crate) torrents: Vec<Arc<Metainfo>>,
+    /// eD2k links.
+    pub(crate) links: Vec<FileLink>,
+}
+
+/// How the run goes.
+pub(crate) struct RunOpts<'a> {
+    pub(crate) out: PathBuf,
+    pub(crate) seed: bool,
+    pub(crate) order: Order,
+    pub(crate) opts: &'a TransferOpts,
+    pub(crate) dir: DirPolicy,
+}
+
+fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
+    let r = parse_rate(spec).map_err(|e| bad_input(format!("{what}: {e}")))?;
+    Ok(if r == 0 {
+        Limiter::unlimited()
+    } else {
+        Limiter::new(vec![bucket(r)])
+    })
+}
+
+fn engine_error(e: EngineError) -> anyhow::Error {
+    match e {
+        EngineError::Listen { addr, source } => crate::cmd::listen_error(addr, &source),
+        EngineError::Open(e) => open_error(e),
+        EngineError::Add(e) => bad_input(e.to_string()),
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// One transfer's display and peer watch.
+struct Shown {
+    display: Progress,
+    watch: PeerWatch,
+    gave_up: Option<String>,
+}
+
+/// Runs every source in one engine with progress. Exit codes as for one
+/// torrent: 0 all complete, 1 stopped incomplete, 2 bad input (no peer
+/// could ever be found included), 130/143 stopped by a signal.
+pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Result<ExitCode> {
+    let opts = run.opts;
+    let peers = resolve_peers(ctx, &opts.peers)?;
+    for s in &opts.servers {
+        if !ctx.policy.allows(s.ip()) {
+            return Err(bad_input(format!(
+                "--server {s}: outside the network policy {}",
+                ctx.policy
+            )));
+        }
+    }
+    let uh_path = userhash::default_path();
+    let user_hash =
+        userhash::load(&uh_path).with_context(|| format!("user hash ({})", uh_path.display()))?;
+    let addrs = crate::cmd::listen_addrs(opts.listen, 2);
+    let rt = crate::cmd::runtime()?;
+    rt.block_on(async move {
+        let peer_id = weir_runtime::bt::new_peer_id();
+        let mut session = SessionConfig::new(ctx.policy.clone(), peer_id, user_hash.for_port(0));
+        session.global.max_peers = opts.max_peers;
+        session.order = run.order;
+        session.max_requests = opts.max_requests;
+        session.seed = fastrand::u64(..);
+        let mut cfg = EngineConfig::new(session);
+        cfg.bt_listen = Some(addrs[0]);
+        cfg.ed2k_listen = (!sources.links.is_empty()).then_some(addrs[1]);
+        cfg.ed2k_user_hash = Some(user_hash);
+        cfg.use_trackers = !opts.no_trackers;
+        cfg.keep_running = run.seed;
+        cfg.down = limiter(&opts.max_down, "--max-down")?;
+        cfg.up = limiter(&opts.max_up, "--max-up")?;
+        let mut signals = Signals::new()?;
+        let engine = Engine::start(cfg).await.map_err(engine_error)?;
+        if let Some(a) = engine.bt_addr {
+            tracing::info!("BitTorrent: listening on {a}");
+        }
+        if let Some(a) = engine.ed2k_addr {
+            tracing::info!("eD2k: listening on {a}");
+        }
+        let open = OpenOptions {
+            mode: if run.dir.seed_only {
+                Mode::Seed
+            } else {
+                Mode::Download
+            },
+            recheck: opts.recheck,
+            overwrite: run.dir.overwrite,
+            space_check: run.dir.space_check,
+            ..OpenOptions::download()
+        };
+        let multi = indicatif::MultiProgress::new();
+        let mut shown: HashMap<TransferId, Shown> = HashMap::new();
+        for meta in &sources.torrents {
+            let id = engine
+                .add_torrent(TorrentSource {
+                    meta: meta.clone(),
+                    dir: run.out.clone(),
+                    open,
+                    peers: peers.clone(),
+                    seed: run.seed,
+                    paused: false,
+                })
+                .await
+                .map_err(engine_error)?;
+            let why = crate::cmd::get::no_source(meta, opts);
+            shown.insert(
+                id,
+                Shown {
+                    display: Progress::new_in(
+                        &multi,
+                        &meta.info.name,
+                        meta.info.total_length(),
+                        opts.quiet,
+                    ),
+                    watch: PeerWatch::new(
+                        &meta.info.name,
+                        why,
+                        crate::cmd::get::source_hint(opts),
+                        opts.peer_wait,
+                        engine.bt_addr,
+                    ),
+                    gave_up: None,
+                },
+            );
+        }
+        for link in &sources.links {
+            let id = engine
+                .add_ed2k(Ed2kSource {
+                    link: link.clone(),
+                    dir: run.out.clone(),
+                    open,
+                    peers: peers.clone(),
+                    seed: run.seed,
+                })
+                .await
+                .map_err(engine_error)?;
+            if shown.contains_key(&id) {
+                // Joined a torrent's transfer: one file, two networks.
+                tracing::info!(
+                    "{}: the ed2k link names a file of a torrent given; fetched from both networks",
+                    link.name
+                );
+                continue;
+            }
+            let why = (link.sources.is_empty() && peers.is_empty() && opts.servers.is_empty())
+                .then(|| "the link names no source and no --peer or --server was given".into());
+            shown.insert(
+                id,
+                Shown {
+                    display: Progress::new_in(&multi, &link.name, link.size, opts.quiet),
+                    watch: PeerWatch::new(
+                        &link.name,
+                        why,
+                        "check that the link's sources, --peer and --server addresses are \
+                         reachable and have the file",
+                        opts.peer_wait,
+                        engine.ed2k_addr,
+                    ),
+                    gave_up: None,
+                },
+            );
+        }
+        for s in &opts.servers {
+            engine.add_server(*s).await;
+        }
+        let handle = engine.handle();
+        let mut progress = engine.progress();
+        let wait = engine.wait();
+        tokio::pin!(wait);
+        let mut stopped_by: Option<Stop> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let summary = loop {
+            tokio::select! {
+                r = &mut wait => break r.map_err(engine_error)?,
+                _ = tick.tick() => {}
+                _ = progress.changed() => {}
+                s = signals.next() => {
+                    if stopped_by.is_some() {
+                        s.exit_now();
+                    }
+                    stopped_by = Some(s);
+                    crate::out::errln!(
+                        "stopping (verified pieces are kept for resume; again to quit at once)"
+                    );
+                    handle.stop().await;
+                }
+            }
+            let snap = progress.borrow_and_update().clone();
+            update(&handle, &mut shown, &snap.transfers, stopped_by.is_some()).await;
+        };
+        finish(summary.transfers, summary.elapsed, shown, stopped_by)
+    })
+}
+
+/// Updates the displays; a transfer with no way to find peers is paused
+/// once its watch gives up.
+async fn update(
+    handle: &EngineHandle,
+    shown: &mut HashMap<TransferId, Shown>,
+    transfers: &[TransferInfo],
+    stopping: bool,
+) {
+    let now = Instant::now();
+    for t in transfers {
+        let Some(s) = shown.get_mut(&t.id) else {
+            continue;
+        };
+        s.display.update(&sample(t));
+        if stopping || s.gave_up.is_some() {
+            continue;
+        }
+        match s.watch.tick(now, t.phase == Phase::Downloading, t.peers) {
+            Verdict::Wait => {}
+            Verdict::Note(n) => s.display.note(&n),
+            Verdict::GiveUp(why) => {
+                s.gave_up = Some(why);
+                handle.pause(t.id).await;
+            }
+        }
+    }
+}
+
+fn sample(t: &TransferInfo) -> Sample {
+    Sample {
+        done: t.bytes_had,
+        total: t.size,
+        down_rate: t.download_rate,
+        up_rate: t.upload_rate,
+        peers: t.peers,
+        phase: match t.phase {
+            Phase::Checking => "checking",
+            Phase::Downloading => "downloading",
+            Phase::Seeding => "seeding",
+            Phase::Paused => "paused",
+            Phase::Failed => "failed",
+        },
+    }
+}
+
+/// Final lines and the exit code.
+fn finish(
+    transfers: Vec<TransferInfo>,
+    elapsed: Duration,
+    mut shown: HashMap<TransferId, Shown>,
+    stopped_by: Option<Stop>,
+) -> anyhow::Result<ExitCode> {
+    let mut all_complete = true;
+    let mut gave_up = None;
+    let mut failed = None;
+    for t in transfers {
+        let Some(mut s) = shown.remove(&t.id) else {
+            continue;
+        };
+        s.display.update(&sample(&t));
+        let downloaded = t.downloaded.0 + t.downloaded.1;
+        let uploaded = t.uploaded.0 + t.uploaded.1;
+        if let Some(done) = t.complete_at {
+            let secs = done
+                .saturating_duration_since(t.added_at)
+                .as_secs_f64()
+                .max(elapsed.as_secs_f64().min(1e-9));
+            let fetched = if downloaded < t.bytes_had {
+                format!(", {} fetched", crate::progress::bytes(downloaded))
+            } else {
+                String::new()
+            };
+            s.display.finish(&format!(
+                "complete: {} in {:.2} s ({}{fetched}), uploaded {} (BitTorrent {} / eD2k {} down)",
+                crate::progress::bytes(t.bytes_had),
+                secs,
+                crate::progress::rate(downloaded as f64 / secs.max(1e-9)),
+                crate::progress::bytes(uploaded),
+                crate::progress::bytes(t.downloaded.0),
+                crate::progress::bytes(t.downloaded.1),
+            ));
+        } else {
+            all_complete = false;
+            if let Some(e) = &t.error {
+                failed = failed.or_else(|| Some(format!("{}: {e}", t.name)));
+            }
+            s.display.finish(&format!(
+                "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
+                t.bytes_had as f64 * 100.0 / t.size.max(1) as f64,
+                t.hash_failures,
+                t.banned
+            ));
+            gave_up = gave_up.or(s.gave_up);
+        }
+    }
+    if let Some(s) = stopped_by {
+        return Ok(s.exit_code());
+    }
+    if let Some(why) = gave_up {
+        return Err(bad_input(why));
+    }
+    if let Some(e) = failed {
+        return Err(anyhow::anyhow!(e));
+    }
+    Ok(if all_complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,310 @@
+//! One `weir get` holding several transfers in one session, against real
+//! programs in a network namespace the test creates (only `lo`; every
+//! client with DHT/LSD/PEX/UPnP/NAT-PMP off, bound to 127.0.0.x):
+//!
+//! - one file fetched from a libtorrent seeder and an eD2k source at once
+//!   (the torrent and an ed2k link of its file), byte-identical, with bytes
+//!   from both networks;
+//! - a torrent and an ed2k link of different files in one `weir get` under
+//!   one download cap: both complete, and together they take at least the
+//!   time the cap allows;
+//! - two torrents whose libtorrent seeders dial the one weir port.
+//!
+//! Without root or the programs the tests skip, unless `CI` is set: then
+//! they fail.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use weir_lab::bt::{self, Client, Options};
+use weir_lab::process::{Proc, stdout_lines, wait_line};
+use weir_lab::{Netns, TempDir, ci, payload};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+const LT_SEED: &str = "127.0.0.1:6881";
+const LT_SEED2: &str = "127.0.0.3:6881";
+const ED2K_SEED: &str = "127.0.0.4:4662";
+const WEIR_ADDR: &str = "127.0.0.2:6882";
+
+fn addr(s: &str) -> SocketAddrV4 {
+    s.parse().expect("literal address")
+}
+
+fn ready() -> anyhow::Result<bool> {
+    if !ci::require_root_and_netns()? {
+        return Ok(false);
+    }
+    for p in Client::Libtorrent.programs() {
+        if !ci::require_program(&p)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A weir command run in `ns` with its own user hash home.
+fn weir(ns: &Netns, home: &Path) -> Command {
+    let mut c = ns.command(WEIR);
+    c.env("WEIR_ED2K_HOME", home)
+        .env_remove("WEIR_ED2K_USER_HASH")
+        .args(["--allow", "127.0.0.0/8"]);
+    c
+}
+
+/// A file of `size` seeded bytes at `dir/name`, and a trackerless torrent
+/// of it made by `weir create`.
+fn file_and_torrent(dir: &Path, name: &str, size: u64, seed: u64) -> anyhow::Result<PathBuf> {
+    payload::write_tree(dir, &[(name, size)], seed)?;
+    let t = dir.join(format!("{name}.torrent"));
+    let out = weir_lab::process::run(
+        Command::new(WEIR)
+            .args(["--allow", "127.0.0.0/8", "create"])
+            .arg(dir.join(name))
+            .arg("-o")
+            .arg(&t)
+            .args(["--piece-size", "256KiB"]),
+        Duration::from_secs(120),
+    )?;
+    if !out.success() {
+        bail!("weir create failed: {}", out.stderr_text());
+    }
+    Ok(t)
+}
+
+/// Starts `weir seed --ed2k FILE` on [`ED2K_SEED`] capped at `max_up`;
+/// returns it and the link it prints (naming itself as the source).
+fn ed2k_seed(
+    ns: &Netns,
+    home: &Path,
+    file: &Path,
+    max_up: &str,
+) -> anyhow::Result<(Proc, String)> {
+    let mut cmd = weir(ns, home);
+    cmd.args(["seed", "--ed2k"])
+        .arg(file)
+        .args(["--listen", ED2K_SEED, "--max-up", max_up, "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut seed = Proc::spawn("weir seed --ed2k", &mut cmd)?;
+    let lines = stdout_lines(&mut seed)?;
+    let link = wait_line(
+        &lines,
+        Instant::now() + Duration::from_secs(120),
+        "link",
+        |l| l.starts_with("ed2k://"),
+    )?;
+    if !link.contains(&format!("|sources,{ED2K_SEED}|")) {
+        bail!("the link names no source at {ED2K_SEED}: {link}");
+    }
+    Ok((seed, link))
+}
+
+/// Runs `weir get ARGS...` in `ns` to its end (at most `limit`); returns
+/// its stderr and how long it took.
+fn weir_get(
+    ns: &Netns,
+    home: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> anyhow::Result<(String, f64)> {
+    let mut cmd = weir(ns, home);
+    cmd.env("RUST_LOG", "info").arg("get").args(args);
+    let start = Instant::now();
+    let out = weir_lab::process::run(&mut cmd, limit)?;
+    let secs = start.elapsed().as_secs_f64();
+    let err = out.stderr_text();
+    if !out.success() {
+        bail!("weir get failed ({}):\n{err}", out.status);
+    }
+    Ok((err, secs))
+}
+
+/// The bytes a final `complete:` line says came from each network.
+fn by_network(stderr: &str, name: &str) -> anyhow::Result<(String, String)> {
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains(name) && l.contains("complete:"))
+        .with_context(|| format!("no completion line for {name} in:\n{stderr}"))?;
+    let bt = line
+        .split("BitTorrent ")
+        .nth(1)
+        .and_then(|r| r.split(" / ").next())
+        .with_context(|| format!("no BitTorrent figure: {line}"))?;
+    let ed = line
+        .split("eD2k ")
+        .nth(1)
+        .and_then(|r| r.split(" down").next())
+        .with_context(|| format!("no eD2k figure: {line}"))?;
+    Ok((bt.to_string(), ed.to_string()))
+}
+
+/// A size as the progress display prints it (`12.3 MB`, `0 B`), in bytes.
+fn parse_size(s: &str) -> f64 {
+    let mut it = s.split_whitespace();
+    let n: f64 = it.next().and_then(|n| n.parse().ok()).unwrap_or(0.0);
+    let mult = match it.next().unwrap_or("B") {
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => 1.0,
+    };
+    n * mult
+}
+
+#[test]
+fn one_file_from_a_libtorrent_seeder_and_an_ed2k_source_at_once() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess")?;
+    let dir = TempDir::new("session-mixed")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let size: u64 = 48 << 20;
+    let torrent = file_and_torrent(&data, "both.bin", size, 91)?;
+    // Each source alone would take ~8 s: together ~4 s, if both are used.
+    let cap = 6_000_000u64;
+    let _lt = bt::start_seed_with(
+        &ns,
+        &Client::Libtorrent,
+        &torrent,
+        &data,
+        addr(LT_SEED),
+        &Options {
+            upload_limit: Some(cap),
+            ..Options::default()
+        },
+    )?;
+    let (_ed, link) = ed2k_seed(&ns, &home, &data.join("both.bin"), "6MB/s")?;
+    let out = dir.subdir("out")?;
+    let (stderr, secs) = weir_get(
+        &ns,
+        &home,
+        &[
+            torrent.to_str().context("utf-8 path")?,
+            &link,
+            "-o",
+            out.to_str().context("utf-8 path")?,
+            "--listen",
+            WEIR_ADDR,
+            "--no-trackers",
+            "--peer",
+            LT_SEED,
+        ],
+        Duration::from_secs(240),
+    )?;
+    payload::files_equal(&data.join("both.bin"), &out.join("both.bin"))?;
+    let (bt, ed) = by_network(&stderr, "both.bin")?;
+    let (bt, ed) = (parse_size(&bt), parse_size(&ed));
+    eprintln!("one file, two networks: {secs:.1} s; BitTorrent {bt:.0} B, eD2k {ed:.0} B");
+    // Both networks carried a real share of the file.
+    assert!(
+        bt >= size as f64 * 0.15 && ed >= size as f64 * 0.15,
+        "BitTorrent {bt} B, eD2k {ed} B of {size}:\n{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_torrent_and_an_ed2k_link_of_other_files_share_one_cap() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess")?;
+    let dir = TempDir::new("session-cap")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let (a, b): (u64, u64) = (20 << 20, 20 << 20);
+    let torrent = file_and_torrent(&data, "a.bin", a, 92)?;
+    payload::write_tree(&data, &[("b.bin", b)], 93)?;
+    let _lt = bt::start_seed(&ns, &Client::Libtorrent, &torrent, &data, addr(LT_SEED))?;
+    let (_ed, link) = ed2k_seed(&ns, &home, &data.join("b.bin"), "0")?;
+    let out = dir.subdir("out")?;
+    let cap = 8_000_000f64;
+    let (stderr, secs) = weir_get(
+        &ns,
+        &home,
+        &[
+            torrent.to_str().context("utf-8 path")?,
+            &link,
+            "-o",
+            out.to_str().context("utf-8 path")?,
+            "--listen",
+            WEIR_ADDR,
+            "--no-trackers",
+            "--peer",
+            LT_SEED,
+            "--max-down",
+            "8MB/s",
+        ],
+        Duration::from_secs(240),
+    )?;
+    payload::files_equal(&data.join("a.bin"), &out.join("a.bin"))?;
+    payload::files_equal(&data.join("b.bin"), &out.join("b.bin"))?;
+    let floor = (a + b) as f64 / cap;
+    eprintln!(
+        "torrent + ed2k link under 8 MB/s: {secs:.2} s (the cap allows {floor:.2} s at best)"
+    );
+    // One cap for both: together they cannot beat it (a bucket's first
+    // second of burst aside), and the cap is not far from used.
+    assert!(
+        secs >= floor * 0.85,
+        "{secs:.2} s < the {floor:.2} s the cap allows:\n{stderr}"
+    );
+    assert!(secs <= floor * 3.0, "{secs:.2} s: the cap is far from used");
+    Ok(())
+}
+
+#[test]
+fn two_torrents_whose_libtorrent_seeders_dial_one_weir_port() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess")?;
+    let dir = TempDir::new("session-dial")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let t1 = file_and_torrent(&data, "one.bin", 12 << 20, 94)?;
+    let t2 = file_and_torrent(&data, "two.bin", 9 << 20, 95)?;
+    let weir_addr: SocketAddr = WEIR_ADDR.parse()?;
+    let dial = Options {
+        dial: Some(weir_addr),
+        ..Options::default()
+    };
+    let _s1 = bt::start_seed_with(&ns, &Client::Libtorrent, &t1, &data, addr(LT_SEED), &dial)?;
+    let _s2 = bt::start_seed_with(&ns, &Client::Libtorrent, &t2, &data, addr(LT_SEED2), &dial)?;
+    let out = dir.subdir("out")?;
+    // No tracker, no --peer: the seeders must come to weir's one port.
+    let (stderr, secs) = weir_get(
+        &ns,
+        &home,
+        &[
+            t1.to_str().context("utf-8 path")?,
+            t2.to_str().context("utf-8 path")?,
+            "-o",
+            out.to_str().context("utf-8 path")?,
+            "--listen",
+            WEIR_ADDR,
+            "--no-trackers",
+            "--peer-wait",
+            "120",
+        ],
+        Duration::from_secs(240),
+    )?;
+    payload::files_equal(&data.join("one.bin"), &out.join("one.bin"))?;
+    payload::files_equal(&data.join("two.bin"), &out.join("two.bin"))?;
+    assert!(
+        stderr.contains(&format!("BitTorrent: listening on {WEIR_ADDR}")),
+        "{stderr}"
+    );
+    eprintln!("two torrents, seeders dialling one port: {secs:.1} s");
+    Ok(())
+}

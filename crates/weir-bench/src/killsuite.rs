@@ -134,12 +134,16 @@ fn sigkill(p: &mut Proc) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Connections opened, and `(connection, bytes delivered)` for each one
+/// that ended.
+type Delivered = (u64, Vec<(u64, u64)>);
+
 /// The emulated link between downloader and seeder (the link emulator of
 /// `weir linkem`, run here so every connection is accounted for): a rate
 /// cap, and the bytes it delivered to the downloader on each connection.
 struct Link {
     addr: SocketAddr,
-    state: Arc<(Mutex<(u64, Vec<(u64, u64)>)>, Condvar)>,
+    state: Arc<(Mutex<Delivered>, Condvar)>,
     stop: Arc<tokio::sync::Notify>,
     thread: Option<std::thread::JoinHandle<()>>,
 }

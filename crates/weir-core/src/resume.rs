@@ -714,11 +714,10 @@ pub fn plan(
             Some(end) if end >= geo.piece_size(p) => {
                 check.set(p);
             }
-            Some(end) => {
-                if end > 0 && opts.mode == Mode::Download {
-                    partial.push((p, end));
-                }
+            Some(end) if end > 0 && opts.mode == Mode::Download => {
+                partial.push((p, end));
             }
+            Some(_) => {}
             None if journal.is_none_or(|j| j.files.is_none()) => {
                 // Data of weir's own (or adopted) files with no journal to
                 // say what it is (damaged, or --overwrite): worth hashing.

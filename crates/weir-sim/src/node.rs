@@ -723,9 +723,7 @@ impl World {
             match ev {
                 SessionEvent::OpenStorage {
                     transfer, digests, ..
-                } => {
-                    self.open_storage(n, transfer, digests)
-                }
+                } => self.open_storage(n, transfer, digests),
                 SessionEvent::Storage { transfer, op } => self.execute(n, transfer, op),
                 SessionEvent::Dial {
                     conn,
@@ -746,6 +744,27 @@ impl World {
                     self.nodes[n].closed.push((now, conn, reason.clone()));
                     self.cancel_dial(n, conn, &reason);
                     self.drop_conn(n, conn);
+                }
+                SessionEvent::CheckRange {
+                    transfer,
+                    scheme,
+                    unit,
+                    offset,
+                    len,
+                    digest,
+                } => {
+                    // Hashed at once (the simulator's disk takes no time).
+                    let node = &mut self.nodes[n];
+                    let ok = node
+                        .slots
+                        .get(&transfer)
+                        .and_then(|s| s.storage.as_ref())
+                        .and_then(|st| st.read_range(offset, usize::try_from(len).ok()?))
+                        .is_some_and(|data| digest.matches(&data));
+                    let at = self.instant();
+                    self.nodes[n]
+                        .session
+                        .range_checked(transfer, scheme, unit, ok, at);
                 }
                 SessionEvent::Banned { ip, .. } => self.nodes[n].banned.push(ip),
                 SessionEvent::Transfer { transfer, event } => {

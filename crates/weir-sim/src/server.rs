@@ -95,7 +95,9 @@ impl World {
         let st = self.nodes[b].server.as_mut().expect("a server node");
         let id = st.next;
         st.next += 1;
-        st.index.connected(id, ip);
+        st.index
+            .connected(id, ip)
+            .expect("scenarios stay within the index server's connection limits");
         let conn = u32::try_from(id).expect("fewer than 2^32 server connections");
         let s = self.new_side(b, conn, Proto::Ed2kServer, tx, rx, Stage::Connecting);
         self.set_open(s, None);

@@ -158,6 +158,18 @@ impl MemStorage {
         }
     }
 
+    /// The stored bytes at `offset` (as a check reads them back: never
+    /// corrupted on purpose), or `None` past the end.
+    pub(crate) fn read_range(&self, offset: u64, len: usize) -> Option<Bytes> {
+        let end = offset.checked_add(len as u64)?;
+        match &self.store {
+            Some(s) => s
+                .get(offset as usize..end as usize)
+                .map(Bytes::copy_from_slice),
+            None => (end <= self.payload.len()).then(|| self.payload.range(offset, len)),
+        }
+    }
+
     fn read(&self, offset: u64, len: usize) -> Bytes {
         let data = match &self.store {
             Some(s) => Bytes::copy_from_slice(&s[offset as usize..offset as usize + len]),

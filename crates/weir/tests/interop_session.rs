@@ -76,12 +76,7 @@ fn file_and_torrent(dir: &Path, name: &str, size: u64, seed: u64) -> anyhow::Res
 
 /// Starts `weir seed --ed2k FILE` on [`ED2K_SEED`] capped at `max_up`;
 /// returns it and the link it prints (naming itself as the source).
-fn ed2k_seed(
-    ns: &Netns,
-    home: &Path,
-    file: &Path,
-    max_up: &str,
-) -> anyhow::Result<(Proc, String)> {
+fn ed2k_seed(ns: &Netns, home: &Path, file: &Path, max_up: &str) -> anyhow::Result<(Proc, String)> {
     let mut cmd = weir(ns, home);
     cmd.args(["seed", "--ed2k"])
         .arg(file)

@@ -458,7 +458,11 @@ pub(crate) fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
 }
 
 /// The part digests of data that hashes to `hash` (`None` otherwise).
-pub(crate) fn derive_digests(r: &mut dyn std::io::Read, size: u64, hash: Md4Hash) -> Option<Arc<[Digest]>> {
+pub(crate) fn derive_digests(
+    r: &mut dyn std::io::Read,
+    size: u64,
+    hash: Md4Hash,
+) -> Option<Arc<[Digest]>> {
     let mut h = weir_ed2k::hash::Ed2kHasher::md4_only();
     let mut buf = vec![0u8; 4 << 20];
     loop {

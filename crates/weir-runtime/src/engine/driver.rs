@@ -66,10 +66,6 @@ pub(crate) enum Msg {
         error: String,
     },
     Conn(ConnEvent<Wire>),
-    Storage {
-        transfer: TransferId,
-        ev: StorageEvent,
-    },
     Opened {
         pending: Box<Pending>,
         result: Result<Opened, storage::OpenError>,
@@ -96,9 +92,18 @@ impl From<ConnEvent<Wire>> for Msg {
 /// A transfer whose storage is being opened.
 #[derive(Debug)]
 pub(crate) enum Pending {
-    Torrent(Box<TorrentSource>, oneshot::Sender<Result<TransferId, EngineError>>),
-    Ed2k(Box<Ed2kSource>, oneshot::Sender<Result<TransferId, EngineError>>),
-    Share(Box<SharedSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    Torrent(
+        Box<TorrentSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
+    Ed2k(
+        Box<Ed2kSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
+    Share(
+        Box<SharedSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
 }
 
 struct ConnState {
@@ -207,7 +212,10 @@ impl Driver {
             if added_any && !self.cfg.keep_running && self.session.is_done() {
                 break;
             }
-            let deadline = self.session.poll_timeout().map(tokio::time::Instant::from_std);
+            let deadline = self
+                .session
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
             // Hashing or the disk behind the network: leave the peers'
             // messages unread (TCP then slows them) until the workers catch
             // up; each piece they finish wakes this loop.
@@ -315,7 +323,6 @@ impl Driver {
                 self.session.dial_failed(conn, &error, now);
             }
             Msg::Conn(ev) => self.on_conn_event(ev, now),
-            Msg::Storage { transfer, ev } => self.session.storage(transfer, ev, now),
             Msg::Opened { pending, result } => self.on_opened(*pending, result, now),
             Msg::TrackerPeers { transfer, peers } => {
                 self.session
@@ -364,7 +371,10 @@ impl Driver {
         };
         let (writer, wrx) = peerconn::write_queue(limit);
         let (down, up) = if proto == Proto::Ed2kServer {
-            (crate::bandwidth::Limiter::unlimited(), crate::bandwidth::Limiter::unlimited())
+            (
+                crate::bandwidth::Limiter::unlimited(),
+                crate::bandwidth::Limiter::unlimited(),
+            )
         } else {
             (self.cfg.down.clone(), self.cfg.up.clone())
         };
@@ -550,7 +560,9 @@ impl Driver {
                     _ => tracing::debug!("range check for {transfer} before its storage opened"),
                 },
                 SessionEvent::Banned { ip, reason } => tracing::warn!("banning {ip}: {reason}"),
-                SessionEvent::Transfer { transfer, event } => self.on_transfer_event(transfer, event, now),
+                SessionEvent::Transfer { transfer, event } => {
+                    self.on_transfer_event(transfer, event, now)
+                }
                 SessionEvent::Log { level, message } => match level {
                     LogLevel::Debug => tracing::debug!("{message}"),
                     LogLevel::Info => tracing::info!("{message}"),
@@ -599,16 +611,13 @@ impl Driver {
             complete: t.is_complete(),
             ..Standing::default()
         };
-        if let Some(a) = Announcer::start(
-            id,
-            &meta,
-            &self.cfg.session.policy,
-            self.cfg.session.peer_id,
-            self.cfg.session.bt_port.unwrap_or(0),
-            self.cfg.bt_listen.map(|a| a.ip()),
-            standing,
-            self.tx.clone(),
-        ) {
+        let me = super::trackers::Announcing {
+            policy: self.cfg.session.policy.clone(),
+            peer_id: self.cfg.session.peer_id,
+            port: self.cfg.session.bt_port.unwrap_or(0),
+            local_ip: self.cfg.bt_listen.map(|a| a.ip()),
+        };
+        if let Some(a) = Announcer::start(id, &meta, &me, standing, self.tx.clone()) {
             self.announcers.insert(id, a);
         }
     }
@@ -652,9 +661,8 @@ impl Driver {
                 // Without the part hashes, a file already there proves
                 // itself by its file hash.
                 let (size, hash) = (l.size, l.hash);
-                let derive: storage::DeriveDigests = Box::new(move |r| {
-                    crate::ed2k::client::derive_digests(r, size, hash)
-                });
+                let derive: storage::DeriveDigests =
+                    Box::new(move |r| crate::ed2k::client::derive_digests(r, size, hash));
                 self.open_storage(Pending::Ed2k(src, reply), spec, opts, Some(derive));
             }
             Command::Share(src, reply) => {
@@ -734,7 +742,12 @@ impl Driver {
         });
     }
 
-    fn on_opened(&mut self, pending: Pending, result: Result<Opened, storage::OpenError>, now: Instant) {
+    fn on_opened(
+        &mut self,
+        pending: Pending,
+        result: Result<Opened, storage::OpenError>,
+        now: Instant,
+    ) {
         let opened = match result {
             Ok(o) => o,
             Err(e) => {
@@ -868,7 +881,12 @@ impl Driver {
         for a in stops {
             a.stop().await;
         }
-        let conns: Vec<ConnId> = self.conns.keys().copied().chain(self.pending.keys().copied()).collect();
+        let conns: Vec<ConnId> = self
+            .conns
+            .keys()
+            .copied()
+            .chain(self.pending.keys().copied())
+            .collect();
         for c in conns {
             self.drop_conn(c, false);
         }
@@ -922,7 +940,10 @@ fn split_path(p: &std::path::Path) -> (std::path::PathBuf, String) {
     let dir = p
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
-        .map_or_else(|| std::path::PathBuf::from("."), std::path::Path::to_path_buf);
+        .map_or_else(
+            || std::path::PathBuf::from("."),
+            std::path::Path::to_path_buf,
+        );
     let name = p
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());

@@ -173,9 +173,18 @@ pub struct Summary {
 /// Commands to the driver.
 #[derive(Debug)]
 pub(crate) enum Command {
-    AddTorrent(Box<TorrentSource>, oneshot::Sender<Result<TransferId, EngineError>>),
-    AddEd2k(Box<Ed2kSource>, oneshot::Sender<Result<TransferId, EngineError>>),
-    Share(Box<SharedSource>, oneshot::Sender<Result<TransferId, EngineError>>),
+    AddTorrent(
+        Box<TorrentSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
+    AddEd2k(
+        Box<Ed2kSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
+    Share(
+        Box<SharedSource>,
+        oneshot::Sender<Result<TransferId, EngineError>>,
+    ),
     AddServer(SocketAddr),
     Pause(TransferId),
     Resume(TransferId),

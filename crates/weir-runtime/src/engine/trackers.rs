@@ -51,18 +51,30 @@ struct Ctx {
     standing: watch::Receiver<Standing>,
 }
 
+/// Who announces: the session's identity and where it listens.
+#[derive(Clone, Debug)]
+pub(crate) struct Announcing {
+    pub(crate) policy: NetPolicy,
+    pub(crate) peer_id: [u8; 20],
+    pub(crate) port: u16,
+    pub(crate) local_ip: Option<IpAddr>,
+}
+
 impl Announcer {
     /// Starts announcing; `None` when the torrent lists no tracker.
     pub(crate) fn start(
         id: TransferId,
         meta: &Arc<Metainfo>,
-        policy: &NetPolicy,
-        peer_id: [u8; 20],
-        port: u16,
-        local_ip: Option<IpAddr>,
+        me: &Announcing,
         initial: Standing,
         tx: mpsc::Sender<Msg>,
     ) -> Option<Self> {
+        let Announcing {
+            policy,
+            peer_id,
+            port,
+            local_ip,
+        } = me.clone();
         let tiers = meta.trackers();
         if tiers.iter().all(Vec::is_empty) {
             return None;
@@ -91,7 +103,7 @@ impl Announcer {
         let (standing_tx, standing) = watch::channel(initial);
         let ctx = Ctx {
             id,
-            policy: policy.clone(),
+            policy,
             opts,
             tiers,
             base,

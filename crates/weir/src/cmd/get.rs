@@ -132,8 +132,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     for s in &args.sources {
         if is_ed2k_link(s) {
             links.push(
-                weir_ed2k::link::FileLink::parse(s)
-                    .map_err(|e| bad_input(format!("{s}: {e}")))?,
+                weir_ed2k::link::FileLink::parse(s).map_err(|e| bad_input(format!("{s}: {e}")))?,
             );
         } else {
             torrents.push(load_torrent(s)?);
@@ -158,7 +157,8 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
 
 /// Whether a source is an eD2k link rather than a .torrent path.
 fn is_ed2k_link(s: &str) -> bool {
-    s.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("ed2k://"))
+    s.get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("ed2k://"))
 }
 
 /// Reads and checks a .torrent; a bad one exits 2 naming the problem.

@@ -34,6 +34,13 @@ use crate::types::{AddError, LogLevel, SessionEvent, TransferId};
 const BAN_STRIKES: u32 = 2;
 
 impl Session {
+    /// The torrent transfer an eD2k link would join (it names one of its
+    /// files by eD2k hash, or by size and name): its bytes are that
+    /// torrent's, so no storage of its own is opened for it.
+    pub fn ed2k_joins(&self, link: &FileLink) -> Option<TransferId> {
+        self.matching_torrent_file(link).map(|(id, _)| id)
+    }
+
     /// The torrent transfer and file index an eD2k link names, if any.
     pub(crate) fn matching_torrent_file(&self, link: &FileLink) -> Option<(TransferId, usize)> {
         for (id, t) in &self.transfers {

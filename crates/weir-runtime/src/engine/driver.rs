@@ -136,6 +136,8 @@ struct Driver {
     fatal: Option<EngineError>,
     accept_tasks: Vec<JoinHandle<()>>,
     stopping: bool,
+    /// Transfers whose storage is being opened (not in the session yet).
+    opening: usize,
 }
 
 pub(super) fn spawn(
@@ -191,6 +193,7 @@ pub(super) fn spawn(
         fatal: None,
         accept_tasks,
         stopping: false,
+        opening: 0,
     };
     let task = tokio::spawn(driver.run(rx, storage_rx));
     (tx, progress_rx, task)
@@ -209,7 +212,7 @@ impl Driver {
             if self.stopping || self.fatal.is_some() {
                 break;
             }
-            if added_any && !self.cfg.keep_running && self.session.is_done() {
+            if added_any && self.opening == 0 && !self.cfg.keep_running && self.session.is_done() {
                 break;
             }
             let deadline = self
@@ -645,6 +648,24 @@ impl Driver {
                 opts.workers = self.cfg.storage_workers;
                 self.open_storage(Pending::Torrent(src, reply), spec, opts, None);
             }
+            Command::AddEd2k(src, reply) if self.session.ed2k_joins(&src.link).is_some() => {
+                // A file of a torrent here: it joins that transfer and its
+                // storage (nothing of its own to open).
+                let parts = weir_ed2k::geometry(src.link.size).piece_count();
+                let r = self.session.add_ed2k(
+                    AddEd2k {
+                        link: src.link.clone(),
+                        had: weir_core::bitfield::Bitfield::new(parts),
+                        check: weir_core::bitfield::Bitfield::new(parts),
+                        partial: Vec::new(),
+                        peers: src.peers.clone(),
+                        paused: false,
+                        seed: src.seed,
+                    },
+                    now,
+                );
+                let _ = reply.send(r.map_err(EngineError::Add));
+            }
             Command::AddEd2k(src, reply) => {
                 let l = &src.link;
                 let spec = TransferSpec {
@@ -724,6 +745,7 @@ impl Driver {
         derive: Option<storage::DeriveDigests>,
     ) {
         let tx = self.tx.clone();
+        self.opening += 1;
         tokio::spawn(async move {
             let result = tokio::task::spawn_blocking(move || storage::open(spec, opts, derive))
                 .await
@@ -748,6 +770,7 @@ impl Driver {
         result: Result<Opened, storage::OpenError>,
         now: Instant,
     ) {
+        self.opening = self.opening.saturating_sub(1);
         let opened = match result {
             Ok(o) => o,
             Err(e) => {

@@ -179,7 +179,17 @@ impl Session {
             return;
         }
         t.checked = true;
+        // Data found complete at start: the cores announce no completion
+        // (nothing new happened), the transfer is complete all the same.
+        let complete = match (&t.bt, &t.ed2k) {
+            (Some(b), _) => b.torrent.is_complete(),
+            (None, Some(e)) => self.ed2k.is_complete(e.file),
+            (None, None) => false,
+        };
         self.transfer_event(id, TransferEvent::Checked);
+        if complete {
+            self.on_complete(id, now);
+        }
         self.next_dial = Some(now);
     }
 

@@ -538,6 +538,15 @@ impl Driver {
                     }
                 }
                 SessionEvent::Close { conn, reason } => {
+                    if reason == weir_ed2k::transfer::SELF_CONNECTION {
+                        // Never silent: a source that is us, or another
+                        // client with our hash, would stall a download.
+                        tracing::warn!(
+                            "eD2k connection {conn}: the peer presents our own user hash: it is \
+                             this client, or another one given the same WEIR_ED2K_USER_HASH \
+                             (unset it so each listen port gets its own); not using it"
+                        );
+                    }
                     tracing::debug!("connection {conn}: {reason}; disconnected");
                     self.drop_conn(conn, false);
                 }
@@ -628,7 +637,10 @@ impl Driver {
     fn on_command(&mut self, c: Command, now: Instant) {
         match c {
             Command::AddTorrent(src, reply) => {
-                let (root, layout) = layout_of(&src.meta, &src.dir);
+                // Paths from the torrent stay below the download directory,
+                // the torrent's folder included: it is opened as part of
+                // the layout (a link there is refused), never as the root.
+                let (root, layout) = (src.dir.clone(), crate::bt::layout(&src.meta));
                 let geometry = weir_core::geometry::Geometry::new(
                     src.meta.info.total_length(),
                     src.meta.info.piece_length,
@@ -930,28 +942,6 @@ impl Driver {
         for (_, f) in self.forwarders.drain() {
             f.abort();
         }
-    }
-}
-
-/// The layout of a torrent's files under `dir`.
-pub(crate) fn layout_of(
-    meta: &weir_bt::metainfo::Metainfo,
-    dir: &std::path::Path,
-) -> (std::path::PathBuf, FileLayout) {
-    if meta.info.single_file {
-        let f = &meta.info.files[0];
-        (
-            dir.to_path_buf(),
-            FileLayout::new([(std::path::PathBuf::from(&meta.info.name), f.length)]),
-        )
-    } else {
-        let root = dir.join(&meta.info.name);
-        let files = meta
-            .info
-            .files
-            .iter()
-            .map(|f| (f.path.iter().collect::<std::path::PathBuf>(), f.length));
-        (root, FileLayout::new(files))
     }
 }
 

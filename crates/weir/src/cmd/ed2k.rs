@@ -3,7 +3,7 @@
 //! swarms and tests).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use weir_runtime::ed2k::{
     Ed2kConfig, Ed2kError, Ed2kServer, Phase, ServerOptions, SharedFile, userhash,
 };
 
-use crate::cmd::get::{DirPolicy, TransferOpts, open_error};
+use crate::cmd::get::{TransferOpts, open_error};
 use crate::cmd::peers::{PeerWatch, Verdict};
 use crate::cmd::{Ctx, Signals, Stop};
 use crate::exit::bad_input;
@@ -101,48 +101,6 @@ fn describe(e: &ServerEvent) -> String {
         } => format!("callback conn={conn} target={target} forwarded={forwarded}"),
         ServerEvent::Left { conn } => format!("left conn={conn}"),
     }
-}
-
-/// `weir get 'ed2k://|file|...|/'`: downloads the file into `out` from
-/// the link's sources, `--peer` addresses and `--server` sources, with the
-/// same progress display and exit codes as a torrent (0 complete, 1
-/// stopped or failed, 2 bad input such as a malformed link).
-pub(crate) fn get(
-    ctx: &Ctx,
-    link: &str,
-    out: &Path,
-    seed: bool,
-    opts: &TransferOpts,
-    dir: DirPolicy,
-) -> anyhow::Result<ExitCode> {
-    let link = FileLink::parse(link).map_err(|e| bad_input(format!("{e}")))?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let label = link.name.clone();
-    let total = link.size;
-    let no_source = (link.sources.is_empty() && opts.peers.is_empty() && opts.servers.is_empty())
-        .then(|| "the link names no source and no --peer or --server was given".to_string());
-    let mut cfg = config(ctx, out.to_path_buf(), seed, opts)?;
-    cfg.overwrite = dir.overwrite;
-    cfg.space_check = dir.space_check;
-    let watch = |listen| {
-        PeerWatch::new(
-            &label,
-            no_source.clone(),
-            "check that the link's sources, --peer and --server addresses are reachable and \
-             have the file",
-            opts.peer_wait,
-            listen,
-        )
-    };
-    run(
-        cfg,
-        opts,
-        vec![link.clone()],
-        Vec::new(),
-        &label,
-        total,
-        Some(&watch),
-    )
 }
 
 /// `weir seed --ed2k FILE...`: hashes the files, prints one ed2k link per

@@ -122,11 +122,6 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Order::RarestFirst
     };
-    if let [link] = args.sources.as_slice()
-        && is_ed2k_link(link)
-    {
-        return crate::cmd::ed2k::get(ctx, link, &args.out, args.seed, &args.opts, dir);
-    }
     let mut torrents = Vec::new();
     let mut links = Vec::new();
     for s in &args.sources {
@@ -138,10 +133,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             torrents.push(load_torrent(s)?);
         }
     }
-    if links.is_empty() && torrents.len() == 1 {
-        return run_torrents(ctx, torrents, args.out, args.seed, order, &args.opts, dir);
-    }
-    // Several sources, or both networks: one engine for all of them.
+    // Every source, of either network, in one engine.
     crate::cmd::multi::run(
         ctx,
         crate::cmd::multi::Sources { torrents, links },

@@ -98,8 +98,19 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         session.max_requests = opts.max_requests;
         session.seed = fastrand::u64(..);
         let mut cfg = EngineConfig::new(session);
-        cfg.bt_listen = Some(addrs[0]);
-        cfg.ed2k_listen = (!sources.links.is_empty()).then_some(addrs[1]);
+        // One port per protocol in use: BitTorrent's is --listen, eD2k's
+        // the next (or --listen itself when there is no torrent).
+        let mut ports = addrs.iter().copied();
+        cfg.bt_listen = if sources.torrents.is_empty() {
+            None
+        } else {
+            ports.next()
+        };
+        cfg.ed2k_listen = if sources.links.is_empty() {
+            None
+        } else {
+            ports.next()
+        };
         cfg.ed2k_user_hash = Some(user_hash);
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
@@ -300,14 +311,22 @@ fn finish(
             } else {
                 String::new()
             };
+            // One file from both networks: what each gave.
+            let split = if t.info_hash.is_some() && t.ed2k_hash.is_some() {
+                format!(
+                    " (BitTorrent {} / eD2k {} down)",
+                    crate::progress::bytes(t.downloaded.0),
+                    crate::progress::bytes(t.downloaded.1),
+                )
+            } else {
+                String::new()
+            };
             s.display.finish(&format!(
-                "complete: {} in {:.2} s ({}{fetched}), uploaded {} (BitTorrent {} / eD2k {} down)",
+                "complete: {} in {:.2} s ({}{fetched}), uploaded {}{split}",
                 crate::progress::bytes(t.bytes_had),
                 secs,
                 crate::progress::rate(downloaded as f64 / secs.max(1e-9)),
                 crate::progress::bytes(uploaded),
-                crate::progress::bytes(t.downloaded.0),
-                crate::progress::bytes(t.downloaded.1),
             ));
         } else {
             all_complete = false;

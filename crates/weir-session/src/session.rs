@@ -62,6 +62,9 @@ pub struct AddTorrent {
     pub paused: bool,
     /// Keep seeding once complete.
     pub seed: bool,
+    /// Fetch missing pieces (off: only serve what is had, as `weir seed`
+    /// does: never interested, never asking).
+    pub download: bool,
 }
 
 /// Options of an eD2k download added to the session.
@@ -195,6 +198,7 @@ impl Session {
         if let Some(m) = self.cfg.max_requests {
             tcfg.max_requests = m;
         }
+        tcfg.download = spec.download;
         let digests = Torrent::digests(&meta);
         let mut torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
         let resumed = spec

@@ -67,6 +67,7 @@ fn add(s: &mut Session, tag: u8, now: Instant) -> TransferId {
             peers: vec![],
             paused: false,
             seed: false,
+            download: true,
         },
         now,
     )
@@ -443,6 +444,7 @@ fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
                 peers: vec![SocketAddr::new(bad, 6881), peer(1)],
                 paused: false,
                 seed: false,
+                download: true,
             },
             now,
         )

@@ -626,6 +626,7 @@ impl World {
                         peers: t.peers.clone(),
                         paused: t.paused,
                         seed: true,
+                        download: true,
                     },
                     now,
                 );

@@ -135,6 +135,8 @@ struct Driver {
     last_complete: Option<Instant>,
     fatal: Option<EngineError>,
     accept_tasks: Vec<JoinHandle<()>>,
+    /// Bound listeners not accepting yet (see `EngineConfig::accept_at_start`).
+    listeners: Vec<(Proto, TcpListener)>,
     stopping: bool,
     /// Transfers whose storage is being opened (not in the session yet).
     opening: usize,
@@ -154,12 +156,44 @@ pub(super) fn spawn(
     let (tx, rx) = mpsc::channel::<Msg>(64);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
     let (progress, progress_rx) = watch::channel(Snapshot::default());
-    let mut accept_tasks = Vec::new();
-    for (proto, l) in [(Proto::Bt, bt), (Proto::Ed2k, ed2k)] {
-        if let Some(l) = l {
-            let tx = tx.clone();
-            let policy = cfg.session.policy.clone();
-            accept_tasks.push(tokio::spawn(async move {
+    let listeners: Vec<(Proto, TcpListener)> = [(Proto::Bt, bt), (Proto::Ed2k, ed2k)]
+        .into_iter()
+        .filter_map(|(p, l)| l.map(|l| (p, l)))
+        .collect();
+    let session = Session::new(cfg.session.clone());
+    let mut driver = Driver {
+        cfg,
+        session,
+        tx: tx.clone(),
+        storage_tx,
+        conns: HashMap::new(),
+        pending: HashMap::new(),
+        stores: HashMap::new(),
+        forwarders: HashMap::new(),
+        announcers: HashMap::new(),
+        progress,
+        started: Instant::now(),
+        last_complete: None,
+        fatal: None,
+        accept_tasks: Vec::new(),
+        listeners,
+        stopping: false,
+        opening: 0,
+    };
+    if driver.cfg.accept_at_start {
+        driver.start_accepting();
+    }
+    let task = tokio::spawn(driver.run(rx, storage_rx));
+    (tx, progress_rx, task)
+}
+
+impl Driver {
+    /// Starts the accept loops of the bound listeners (once).
+    fn start_accepting(&mut self) {
+        for (proto, l) in std::mem::take(&mut self.listeners) {
+            let tx = self.tx.clone();
+            let policy = self.cfg.session.policy.clone();
+            self.accept_tasks.push(tokio::spawn(async move {
                 crate::net::accept_loop(&policy, &l, |stream, addr| {
                     let tx = tx.clone();
                     async move {
@@ -176,30 +210,7 @@ pub(super) fn spawn(
             }));
         }
     }
-    let session = Session::new(cfg.session.clone());
-    let driver = Driver {
-        cfg,
-        session,
-        tx: tx.clone(),
-        storage_tx,
-        conns: HashMap::new(),
-        pending: HashMap::new(),
-        stores: HashMap::new(),
-        forwarders: HashMap::new(),
-        announcers: HashMap::new(),
-        progress,
-        started: Instant::now(),
-        last_complete: None,
-        fatal: None,
-        accept_tasks,
-        stopping: false,
-        opening: 0,
-    };
-    let task = tokio::spawn(driver.run(rx, storage_rx));
-    (tx, progress_rx, task)
-}
 
-impl Driver {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Msg>,
@@ -743,6 +754,7 @@ impl Driver {
                     .collect();
                 let _ = reply.send(all);
             }
+            Command::StartAccepting => self.start_accepting(),
             Command::Stop => self.stopping = true,
         }
     }
@@ -806,6 +818,7 @@ impl Driver {
                         peers: src.peers.clone(),
                         paused: src.paused,
                         seed: src.seed,
+                        download: src.open.mode == storage::Mode::Download,
                     },
                     now,
                 );

@@ -62,6 +62,12 @@ pub struct EngineConfig {
     pub storage_workers: usize,
     /// How often progress snapshots are published.
     pub report_every: Duration,
+    /// Accept connections from the start (off: the listeners are bound, so
+    /// the ports are ours and errors show at once, but connections wait in
+    /// the kernel's backlog until [`EngineHandle::start_accepting`]: a CLI
+    /// adds its transfers first, so an early peer is not turned away for a
+    /// torrent not added yet).
+    pub accept_at_start: bool,
     /// The eD2k user hash source: the session's hash is this one's for the
     /// eD2k port bound (`None`: the session configuration's as given).
     pub ed2k_user_hash: Option<crate::ed2k::userhash::UserHash>,
@@ -82,6 +88,7 @@ impl EngineConfig {
             storage_workers: 2,
             report_every: Duration::from_millis(250),
             ed2k_user_hash: None,
+            accept_at_start: true,
         }
     }
 }
@@ -190,6 +197,7 @@ pub(crate) enum Command {
     Resume(TransferId),
     Remove(TransferId, oneshot::Sender<bool>),
     Snapshot(oneshot::Sender<Vec<TransferInfo>>),
+    StartAccepting,
     Stop,
 }
 
@@ -354,6 +362,11 @@ impl EngineHandle {
         let (tx, rx) = oneshot::channel();
         self.command(Command::Snapshot(tx)).await;
         rx.await.unwrap_or_default()
+    }
+
+    /// Starts accepting connections (see [`EngineConfig::accept_at_start`]).
+    pub async fn start_accepting(&self) {
+        self.command(Command::StartAccepting).await;
     }
 
     /// Asks the engine to stop.

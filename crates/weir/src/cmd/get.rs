@@ -4,17 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use weir_bt::metainfo::Metainfo;
 use weir_core::picker::Order;
-use weir_runtime::bandwidth::{Limiter, bucket};
-use weir_runtime::bt::{self, BtConfig, Phase};
 
-use crate::cmd::peers::{PeerWatch, Verdict};
-use crate::cmd::{Ctx, Signals, Stop};
+use crate::cmd::Ctx;
 use crate::exit::bad_input;
-use crate::progress::{Progress, Sample, parse_rate};
 
 /// Options shared by `weir get` and `weir seed`.
 #[derive(clap::Args, Clone, Debug)]
@@ -136,7 +131,11 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     // Every source, of either network, in one engine.
     crate::cmd::multi::run(
         ctx,
-        crate::cmd::multi::Sources { torrents, links },
+        crate::cmd::multi::Sources {
+            torrents,
+            links,
+            shares: Vec::new(),
+        },
         crate::cmd::multi::RunOpts {
             out: args.out,
             seed: args.seed,
@@ -174,15 +173,6 @@ pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<S
     Ok(out)
 }
 
-fn limiter(spec: &str, what: &str) -> anyhow::Result<Limiter> {
-    let r = parse_rate(spec).map_err(|e| bad_input(format!("{what}: {e}")))?;
-    Ok(if r == 0 {
-        Limiter::unlimited()
-    } else {
-        Limiter::new(vec![bucket(r)])
-    })
-}
-
 /// Why weir has no way to find peers for `meta` (`None`: it has some).
 pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
     if !opts.peers.is_empty() {
@@ -204,199 +194,4 @@ pub(crate) fn source_hint(opts: &TransferOpts) -> &'static str {
         "check that the trackers answer (their errors are logged above) and that a seeder \
          announced there, or give --peer HOST:PORT"
     }
-}
-
-/// Downloads (and with `seed`, then seeds) torrents with progress. Every
-/// torrent obeys the same download and upload caps (one bucket each, shared
-/// by demand); with a fixed `--listen` port, torrent `i` listens on
-/// port + i. Exit codes: 0 complete, 1 stopped incomplete, 2 bad input
-/// (no peer could ever be found included), 130/143 stopped by a signal.
-pub(crate) fn run_torrents(
-    ctx: &Ctx,
-    metas: Vec<Arc<Metainfo>>,
-    out: PathBuf,
-    seed: bool,
-    order: Order,
-    opts: &TransferOpts,
-    dir: DirPolicy,
-) -> anyhow::Result<ExitCode> {
-    let peers = resolve_peers(ctx, &opts.peers)?;
-    let rt = crate::cmd::runtime()?;
-    rt.block_on(async move {
-        let mut base = BtConfig::new(ctx.policy.clone(), out);
-        base.peers = peers;
-        base.use_trackers = !opts.no_trackers;
-        base.seed = seed;
-        base.order = order;
-        base.max_peers = opts.max_peers;
-        base.recheck = opts.recheck;
-        base.max_requests = opts.max_requests;
-        base.seed_only = dir.seed_only;
-        base.overwrite = dir.overwrite;
-        base.space_check = dir.space_check;
-        base.down = limiter(&opts.max_down, "--max-down")?;
-        base.up = limiter(&opts.max_up, "--max-up")?;
-        let mut signals = Signals::new()?;
-        let multi = indicatif::MultiProgress::new();
-        let mut running = Vec::new();
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(metas.len().max(1));
-        let addrs = crate::cmd::listen_addrs(opts.listen, metas.len());
-        for (meta, addr) in metas.into_iter().zip(addrs) {
-            let mut cfg = base.clone();
-            cfg.listen = Some(addr);
-            let handle = match bt::start(meta.clone(), cfg).await {
-                Ok(h) => h,
-                Err(bt::BtError::Listen { addr, source }) => {
-                    return Err(crate::cmd::listen_error(addr, &source));
-                }
-                Err(bt::BtError::Open(e)) => return Err(open_error(e)),
-                Err(e) => return Err(e.into()),
-            };
-            if let Some(a) = handle.local_addr {
-                tracing::info!("{}: listening on {a}", meta.info.name);
-            }
-            let display = Progress::new_in(
-                &multi,
-                &meta.info.name,
-                meta.info.total_length(),
-                opts.quiet,
-            );
-            let watch = PeerWatch::new(
-                &meta.info.name,
-                no_source(&meta, opts),
-                source_hint(opts),
-                opts.peer_wait,
-                handle.local_addr,
-            );
-            let progress = handle.progress.clone();
-            let stopper = handle.stopper();
-            let done = done_tx.clone();
-            let task = tokio::spawn(async move {
-                let r = handle.wait().await;
-                let _ = done.send(()).await;
-                r
-            });
-            running.push(Running {
-                meta,
-                progress,
-                stopper,
-                display,
-                watch,
-                gave_up: None,
-                task,
-            });
-        }
-        drop(done_tx);
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let mut stopped_by: Option<Stop> = None;
-        let mut finished = 0;
-        // Ends the moment the last torrent does (not on the next tick).
-        while finished < running.len() {
-            tokio::select! {
-                _ = tick.tick() => {}
-                Some(()) = done_rx.recv() => finished += 1,
-                s = signals.next() => {
-                    if stopped_by.is_some() {
-                        s.exit_now();
-                    }
-                    stopped_by = Some(s);
-                    crate::out::errln!(
-                        "stopping (verified pieces are kept for resume; again to quit at once)"
-                    );
-                    for r in &running {
-                        r.stopper.stop().await;
-                    }
-                }
-            }
-            let now = std::time::Instant::now();
-            for r in running.iter_mut() {
-                let p = r.progress.borrow_and_update().clone();
-                r.display.update(&Sample {
-                    done: p.stats.bytes_had,
-                    total: p.total,
-                    down_rate: p.stats.download_rate,
-                    up_rate: p.stats.upload_rate,
-                    peers: p.stats.peers,
-                    phase: match p.phase {
-                        Phase::Checking => "checking",
-                        Phase::Downloading => "downloading",
-                        Phase::Seeding => "seeding",
-                        Phase::Done => "done",
-                    },
-                });
-                if stopped_by.is_some() || r.gave_up.is_some() {
-                    continue;
-                }
-                match r
-                    .watch
-                    .tick(now, p.phase == Phase::Downloading, p.stats.peers)
-                {
-                    Verdict::Wait => {}
-                    Verdict::Note(n) => r.display.note(&n),
-                    Verdict::GiveUp(why) => {
-                        r.gave_up = Some(why);
-                        r.stopper.stop().await;
-                    }
-                }
-            }
-        }
-        let mut all_complete = true;
-        let mut gave_up = None;
-        for r in running {
-            let (meta, mut display) = (r.meta, r.display);
-            let summary = r.task.await??;
-            let total = meta.info.total_length();
-            let secs = summary.elapsed.as_secs_f64();
-            if summary.complete {
-                // After a resume, say how much this run fetched: the rate is
-                // of those bytes, not of the whole file.
-                let fetched = if summary.stats.downloaded < summary.stats.bytes_had {
-                    format!(
-                        ", {} fetched",
-                        crate::progress::bytes(summary.stats.downloaded)
-                    )
-                } else {
-                    String::new()
-                };
-                display.finish(&format!(
-                    "complete: {} in {:.2} s ({}{fetched}), uploaded {}",
-                    crate::progress::bytes(summary.stats.bytes_had),
-                    secs,
-                    crate::progress::rate(summary.stats.downloaded as f64 / secs.max(1e-9)),
-                    crate::progress::bytes(summary.stats.uploaded)
-                ));
-            } else {
-                all_complete = false;
-                display.finish(&format!(
-                    "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
-                    summary.stats.bytes_had as f64 * 100.0 / total.max(1) as f64,
-                    summary.stats.hash_failures,
-                    summary.stats.banned
-                ));
-                gave_up = gave_up.or(r.gave_up);
-            }
-        }
-        if let Some(s) = stopped_by {
-            return Ok(s.exit_code());
-        }
-        if let Some(why) = gave_up {
-            return Err(bad_input(why));
-        }
-        Ok(if all_complete {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        })
-    })
-}
-
-/// One torrent of a `weir get` run.
-struct Running {
-    meta: Arc<Metainfo>,
-    progress: tokio::sync::watch::Receiver<bt::Progress>,
-    stopper: bt::Stopper,
-    display: Progress,
-    watch: PeerWatch,
-    gave_up: Option<String>,
-    task: tokio::task::JoinHandle<Result<bt::Summary, bt::BtError>>,
 }

@@ -18,7 +18,7 @@ use weir_ed2k::link::FileLink;
 use weir_runtime::bandwidth::{Limiter, bucket};
 use weir_runtime::ed2k::userhash;
 use weir_runtime::engine::{
-    Ed2kSource, Engine, EngineConfig, EngineError, EngineHandle, TorrentSource,
+    Ed2kSource, Engine, EngineConfig, EngineError, EngineHandle, SharedSource, TorrentSource,
 };
 use weir_runtime::storage::{Mode, OpenOptions};
 use weir_session::{Phase, SessionConfig, TransferId, TransferInfo};
@@ -35,6 +35,8 @@ pub(crate) struct Sources {
     pub(crate) torrents: Vec<Arc<Metainfo>>,
     /// eD2k links.
     pub(crate) links: Vec<FileLink>,
+    /// Complete files to share on eD2k (their links are printed).
+    pub(crate) shares: Vec<weir_runtime::ed2k::SharedFile>,
 }
 
 /// How the run goes.
@@ -106,12 +108,15 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         } else {
             ports.next()
         };
-        cfg.ed2k_listen = if sources.links.is_empty() {
+        cfg.ed2k_listen = if sources.links.is_empty() && sources.shares.is_empty() {
             None
         } else {
             ports.next()
         };
         cfg.ed2k_user_hash = Some(user_hash);
+        // Peers that connect early wait in the backlog until every source
+        // is added (not refused for a torrent not added yet).
+        cfg.accept_at_start = false;
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
         cfg.down = limiter(&opts.max_down, "--max-down")?;
@@ -207,10 +212,40 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                 },
             );
         }
+        for f in &sources.shares {
+            let name = f
+                .path
+                .file_name()
+                .map_or_else(|| "ed2k".into(), |n| n.to_string_lossy().into_owned());
+            let id = engine
+                .share(SharedSource {
+                    path: f.path.clone(),
+                    hashes: f.hashes.clone(),
+                })
+                .await
+                .map_err(engine_error)?;
+            crate::out::outln!("{}", crate::cmd::ed2k::share_link(f, engine.ed2k_addr))?;
+            shown.insert(
+                id,
+                Shown {
+                    display: Progress::new_in(&multi, &name, f.hashes.size, opts.quiet),
+                    watch: PeerWatch::new(&name, None, "", 0, engine.ed2k_addr),
+                    gave_up: None,
+                },
+            );
+        }
+        if !sources.shares.is_empty() && engine.ed2k_addr.is_some_and(|a| a.ip().is_unspecified()) {
+            tracing::warn!(
+                "the links name no source: weir listens on every address and cannot know \
+                 which one others reach; give --listen IP:PORT to put that address in \
+                 them, or add |sources,IP:PORT| to a link yourself"
+            );
+        }
         for s in &opts.servers {
             engine.add_server(*s).await;
         }
         let handle = engine.handle();
+        handle.start_accepting().await;
         let mut progress = engine.progress();
         let wait = engine.wait();
         tokio::pin!(wait);

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use weir_core::picker::Order;
 
 use crate::cmd::Ctx;
-use crate::cmd::get::{DirPolicy, TransferOpts, load_torrent, run_torrents};
+use crate::cmd::get::{DirPolicy, TransferOpts, load_torrent};
 use crate::exit::bad_input;
 
 /// Arguments of `weir seed`.
@@ -37,17 +37,23 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let meta = load_torrent(&torrent.to_string_lossy())?;
     // Seeding never downloads: a directory without the data is refused
     // (exit 2), and partial data is seeded as far as it verifies.
-    run_torrents(
+    crate::cmd::multi::run(
         ctx,
-        vec![meta],
-        dir.clone(),
-        true,
-        Order::RarestFirst,
-        &args.opts,
-        DirPolicy {
-            seed_only: true,
-            overwrite: false,
-            space_check: false,
+        crate::cmd::multi::Sources {
+            torrents: vec![meta],
+            links: Vec::new(),
+            shares: Vec::new(),
+        },
+        crate::cmd::multi::RunOpts {
+            out: dir.clone(),
+            seed: true,
+            order: Order::RarestFirst,
+            opts: &args.opts,
+            dir: DirPolicy {
+                seed_only: true,
+                overwrite: false,
+                space_check: false,
+            },
         },
     )
 }

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use weir_bt::create::{PieceHasher, TorrentBuilder, default_piece_length};
 use weir_core::policy::NetPolicy;
-use weir_runtime::bt::{self, BtConfig, Phase};
+use weir_runtime::engine::{Engine, EngineConfig, TorrentSource};
+use weir_runtime::storage::{Mode, OpenOptions};
+use weir_session::{Phase, SessionConfig};
 
 use crate::cmd::Ctx;
 use crate::out::{out, outln};
@@ -65,32 +67,55 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
     )?;
     let rt = crate::cmd::runtime()?;
     rt.block_on(async {
-        let mut cfg = BtConfig::new(policy.clone(), seed_dir.clone());
-        cfg.listen = Some("127.0.0.1:0".parse().expect("literal"));
-        cfg.seed = true;
-        cfg.use_trackers = false;
-        let seeder = bt::start(meta.clone(), cfg).await?;
-        let seed_addr = seeder.local_addr.context("seeder has no address")?;
+        // Every node is an engine of its own, as separate programs would be.
+        let node = |policy: &NetPolicy| {
+            let session = SessionConfig::new(
+                policy.clone(),
+                weir_runtime::bt::new_peer_id(),
+                weir_ed2k::Md4Hash([0; 16]),
+            );
+            let mut cfg = EngineConfig::new(session);
+            cfg.bt_listen = Some("127.0.0.1:0".parse().expect("literal"));
+            cfg.use_trackers = false;
+            cfg.keep_running = true;
+            cfg
+        };
+        let source =
+            |dir: PathBuf, peers: Vec<std::net::SocketAddr>, seed_only: bool| TorrentSource {
+                meta: meta.clone(),
+                dir,
+                open: OpenOptions {
+                    mode: if seed_only {
+                        Mode::Seed
+                    } else {
+                        Mode::Download
+                    },
+                    ..OpenOptions::download()
+                },
+                peers,
+                seed: true,
+                paused: false,
+            };
+        let seeder = Engine::start(node(&policy)).await?;
+        let seed_addr = seeder.bt_addr.context("seeder has no address")?;
         seeder
-            .progress
-            .clone()
-            .wait_for(|p| p.phase == Phase::Seeding)
+            .add_torrent(source(seed_dir.clone(), Vec::new(), true))
+            .await?;
+        seeder
+            .progress()
+            .wait_for(|p| p.transfers.iter().any(|t| t.phase == Phase::Seeding))
             .await?;
         let mut leechers = Vec::new();
         let mut addrs = vec![seed_addr];
         for i in 0..args.leechers {
-            let mut cfg = BtConfig::new(policy.clone(), dir.join(format!("leech{}", i + 1)));
-            cfg.listen = Some("127.0.0.1:0".parse().expect("literal"));
-            cfg.peers = addrs.clone();
-            cfg.seed = true;
-            cfg.use_trackers = false;
-            let h = bt::start(meta.clone(), cfg).await?;
-            addrs.push(h.local_addr.context("leecher has no address")?);
-            leechers.push(h);
+            let e = Engine::start(node(&policy)).await?;
+            let dir = dir.join(format!("leech{}", i + 1));
+            e.add_torrent(source(dir, addrs.clone(), false)).await?;
+            addrs.push(e.bt_addr.context("leecher has no address")?);
+            leechers.push(e);
         }
         let start = Instant::now();
-        let mut watches: Vec<_> = leechers.iter().map(|h| h.progress.clone()).collect();
-        let mut done_at = vec![None; leechers.len()];
+        let watches: Vec<_> = leechers.iter().map(Engine::progress).collect();
         let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
         let mut last_print = Instant::now() - Duration::from_secs(10);
         let mut signals = crate::cmd::Signals::new()?;
@@ -104,24 +129,26 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                 }
             }
             let mut line = String::new();
-            for (i, w) in watches.iter_mut().enumerate() {
-                let p = w.borrow().clone();
-                if done_at[i].is_none() && matches!(p.phase, Phase::Seeding | Phase::Done) {
-                    done_at[i] = Some(start.elapsed());
-                }
-                let pct = p.stats.bytes_had as f64 * 100.0 / size.max(1) as f64;
-                if done_at[i].is_some() {
+            let mut all = true;
+            for (i, w) in watches.iter().enumerate() {
+                let snap = w.borrow().clone();
+                let Some(t) = snap.transfers.first() else {
+                    all = false;
+                    continue;
+                };
+                if t.complete_at.is_some() {
                     line.push_str(&format!("  leech{}: {:>5} {:>10}", i + 1, "done", ""));
                 } else {
+                    all = false;
+                    let pct = t.bytes_had as f64 * 100.0 / size.max(1) as f64;
                     line.push_str(&format!(
                         "  leech{}: {:5.1}% {:>10}",
                         i + 1,
                         pct,
-                        rate(p.stats.download_rate)
+                        rate(t.download_rate)
                     ));
                 }
             }
-            let all = done_at.iter().all(Option::is_some);
             if tty {
                 out!("\r{line}")?;
             } else if last_print.elapsed() >= Duration::from_millis(250) || all {
@@ -135,33 +162,38 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
         if tty {
             outln!()?;
         }
-        for h in &leechers {
-            h.stop().await;
-        }
         let mut ok = true;
-        for (i, h) in leechers.into_iter().enumerate() {
-            let s = h.wait().await?;
-            // The runtime's own completion time, not this loop's polling.
-            let secs = if s.complete {
-                s.elapsed.as_secs_f64()
-            } else {
-                f64::NAN
+        for (i, e) in leechers.into_iter().enumerate() {
+            e.stop().await;
+            let s = e.wait().await?;
+            let Some(t) = s.transfers.first() else {
+                ok = false;
+                continue;
             };
-            ok &= s.complete;
+            // The session's own completion time, not this loop's polling.
+            let secs = t.complete_at.map_or(f64::NAN, |c| {
+                c.saturating_duration_since(t.added_at).as_secs_f64()
+            });
+            ok &= t.complete_at.is_some();
             outln!(
                 "leech{}: {} in {:.2} s = {} (received {}, sent to other leechers {}){}",
                 i + 1,
                 bytes(size),
                 secs,
                 rate(size as f64 / secs),
-                bytes(s.stats.downloaded),
-                bytes(s.stats.uploaded),
-                if s.complete { "" } else { "  INCOMPLETE" }
+                bytes(t.downloaded.0),
+                bytes(t.uploaded.0),
+                if t.complete_at.is_some() {
+                    ""
+                } else {
+                    "  INCOMPLETE"
+                }
             )?;
         }
         seeder.stop().await;
         let s = seeder.wait().await?;
-        outln!("seeder: sent {}", bytes(s.stats.uploaded))?;
+        let sent: u64 = s.transfers.iter().map(|t| t.uploaded.0).sum();
+        outln!("seeder: sent {}", bytes(sent))?;
         if let Some(s) = stopped_by {
             return Ok(s.exit_code());
         }

@@ -11,6 +11,7 @@ pub mod bt;
 pub mod ed2k;
 pub mod engine;
 pub mod linkem;
+pub mod magnet;
 pub mod net;
 pub mod peerconn;
 pub mod storage;

@@ -303,3 +303,76 @@ fn two_torrents_whose_libtorrent_seeders_dial_one_weir_port() -> anyhow::Result<
     eprintln!("two torrents, seeders dialling one port: {secs:.1} s");
     Ok(())
 }
+
+#[test]
+fn a_magnet_link_is_fetched_from_a_libtorrent_seeder_it_names() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess-mag")?;
+    let dir = TempDir::new("session-magnet")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let torrent = file_and_torrent(&data, "mag.bin", 9 << 20, 96)?;
+    let info = weir_lab::torrent::TorrentInfo::read(&torrent)?;
+    let hex: String = info.info_hash.iter().map(|b| format!("{b:02x}")).collect();
+    let _lt = bt::start_seed_with(
+        &ns,
+        &Client::Libtorrent,
+        &torrent,
+        &data,
+        addr(LT_SEED),
+        &Options {
+            extra_args: vec!["--ut-metadata".into()],
+            ..Options::default()
+        },
+    )?;
+    // No tracker, no --peer: only the link's x.pe names the seeder.
+    let magnet = format!("magnet:?xt=urn:btih:{hex}&dn=mag.bin&x.pe={LT_SEED}");
+    let out = dir.subdir("out")?;
+    let args = [
+        magnet.as_str(),
+        "-o",
+        out.to_str().context("utf-8 path")?,
+        "--listen",
+        WEIR_ADDR,
+        "--no-trackers",
+    ];
+    let (stderr, secs) = weir_get(&ns, &home, &args, Duration::from_secs(120))?;
+    payload::files_equal(&data.join("mag.bin"), &out.join("mag.bin"))?;
+    assert!(stderr.contains("metadata fetched"), "{stderr}");
+    let saved = out.join(format!(".weir-meta-{}.torrent", &hex[..16]));
+    let saved_info = weir_lab::torrent::TorrentInfo::read(&saved)?;
+    assert_eq!(saved_info.info_hash, info.info_hash, "the saved torrent");
+    eprintln!("magnet from libtorrent (metadata and data): {secs:.1} s");
+    // Again: the saved metadata is used, nothing fetched, nothing to get.
+    let (stderr, _) = weir_get(&ns, &home, &args, Duration::from_secs(120))?;
+    assert!(stderr.contains("metadata from"), "{stderr}");
+    assert!(!stderr.contains("metadata fetched"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn malformed_magnet_links_exit_2_naming_the_problem() -> anyhow::Result<()> {
+    let dir = TempDir::new("session-badmag")?;
+    for (link, want) in [
+        ("magnet:?xt=urn:btih:1234", "btih"),
+        ("magnet:?dn=nothing", "btih"),
+        (
+            "magnet:?xt=urn:btih:zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+            "btih",
+        ),
+    ] {
+        let out = weir_lab::process::run(
+            Command::new(WEIR)
+                .args(["--allow", "127.0.0.0/8", "get", link, "-o"])
+                .arg(dir.path().join("o"))
+                .args(["--listen", "127.0.0.1:0"]),
+            Duration::from_secs(30),
+        )?;
+        let err = out.stderr_text();
+        assert_eq!(out.status.code(), Some(2), "{link}: {err}");
+        assert!(err.to_lowercase().contains(want), "{link}: {err}");
+    }
+    Ok(())
+}

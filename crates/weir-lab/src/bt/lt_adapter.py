@@ -33,6 +33,7 @@ ap.add_argument('--ul-limit', type=int, default=0)
 ap.add_argument('--ready')
 ap.add_argument('--done')
 ap.add_argument('--timeout', type=float, default=600.0)
+ap.add_argument('--ut-metadata', action='store_true', help='load the BEP 9 extension (serve metadata)')
 a = ap.parse_args()
 
 
@@ -67,6 +68,8 @@ settings.update({
 })
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
 ses = lt.session(settings, 0)
+if a.ut_metadata:
+    ses.add_extension('ut_metadata')
 if a.dl_limit or a.ul_limit:
     pcf = lt.ip_filter()
     glob = 1 << lt.session.global_peer_class_id

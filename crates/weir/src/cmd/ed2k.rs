@@ -123,6 +123,7 @@ pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow:
         ctx,
         crate::cmd::multi::Sources {
             torrents: Vec::new(),
+            magnets: Vec::new(),
             links: Vec::new(),
             shares,
         },

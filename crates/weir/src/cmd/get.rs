@@ -57,7 +57,8 @@ pub(crate) struct TransferOpts {
 /// Arguments of `weir get`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// .torrent files and `ed2k://|file|...|/` links, in any mix: several
+    /// .torrent files, magnet links and `ed2k://|file|...|/` links, in any
+    /// mix (a magnet's metadata is fetched from its peers first): several
     /// run in one session (one port per protocol, shared caps), and a link
     /// naming a torrent's file fetches that file from both networks.
     #[arg(required = true, num_args = 1..)]
@@ -119,8 +120,20 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut torrents = Vec::new();
     let mut links = Vec::new();
+    let mut magnets = Vec::new();
     for s in &args.sources {
-        if is_ed2k_link(s) {
+        if s.get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("magnet:"))
+        {
+            let m =
+                weir_bt::magnet::Magnet::parse(s).map_err(|e| bad_input(format!("{s}: {e}")))?;
+            if m.info_hash.is_none() {
+                return Err(bad_input(format!(
+                    "{s}: no BitTorrent info-hash (xt=urn:btih:); weir cannot fetch it"
+                )));
+            }
+            magnets.push(m);
+        } else if is_ed2k_link(s) {
             links.push(
                 weir_ed2k::link::FileLink::parse(s).map_err(|e| bad_input(format!("{s}: {e}")))?,
             );
@@ -133,6 +146,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         ctx,
         crate::cmd::multi::Sources {
             torrents,
+            magnets,
             links,
             shares: Vec::new(),
         },

@@ -33,6 +33,9 @@ use crate::progress::{Progress, Sample, parse_rate};
 pub(crate) struct Sources {
     /// Torrents.
     pub(crate) torrents: Vec<Arc<Metainfo>>,
+    /// Magnet links (with a BitTorrent info-hash): their metadata is
+    /// fetched from their peers and trackers, then they run as torrents.
+    pub(crate) magnets: Vec<weir_bt::magnet::Magnet>,
     /// eD2k links.
     pub(crate) links: Vec<FileLink>,
     /// Complete files to share on eD2k (their links are printed).
@@ -103,7 +106,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         // One port per protocol in use: BitTorrent's is --listen, eD2k's
         // the next (or --listen itself when there is no torrent).
         let mut ports = addrs.iter().copied();
-        cfg.bt_listen = if sources.torrents.is_empty() {
+        cfg.bt_listen = if sources.torrents.is_empty() && sources.magnets.is_empty() {
             None
         } else {
             ports.next()
@@ -140,21 +143,33 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
             space_check: run.dir.space_check,
             ..OpenOptions::download()
         };
+        let mut torrents = sources.torrents.clone();
+        let mut torrent_peers: Vec<Vec<std::net::SocketAddr>> = vec![peers.clone(); torrents.len()];
+        for m in &sources.magnets {
+            let (meta, extra) = magnet_torrent(ctx, m, &run, &peers, &engine).await?;
+            torrents.push(meta);
+            torrent_peers.push(extra);
+        }
         let multi = indicatif::MultiProgress::new();
         let mut shown: HashMap<TransferId, Shown> = HashMap::new();
-        for meta in &sources.torrents {
+        for (meta, peers) in torrents.iter().zip(torrent_peers) {
+            // Peers to dial (--peer, a magnet's x.pe) are a way to find some.
+            let why = if peers.is_empty() {
+                crate::cmd::get::no_source(meta, opts)
+            } else {
+                None
+            };
             let id = engine
                 .add_torrent(TorrentSource {
                     meta: meta.clone(),
                     dir: run.out.clone(),
                     open,
-                    peers: peers.clone(),
+                    peers,
                     seed: run.seed,
                     paused: false,
                 })
                 .await
                 .map_err(engine_error)?;
-            let why = crate::cmd::get::no_source(meta, opts);
             shown.insert(
                 id,
                 Shown {
@@ -272,6 +287,67 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         };
         finish(summary.transfers, summary.elapsed, shown, stopped_by)
     })
+}
+
+/// The torrent of a magnet link: the one saved next to the resume data by
+/// an earlier run, or its metadata fetched from the link's peers and
+/// trackers (then saved). Also the peers to dial for it.
+async fn magnet_torrent(
+    ctx: &Ctx,
+    m: &weir_bt::magnet::Magnet,
+    run: &RunOpts<'_>,
+    peers: &[std::net::SocketAddr],
+    engine: &Engine,
+) -> anyhow::Result<(Arc<Metainfo>, Vec<std::net::SocketAddr>)> {
+    let ih = m.info_hash.expect("checked when parsed");
+    let hex: String = ih.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let saved = run.out.join(format!(".weir-meta-{hex}.torrent"));
+    let mut dial: Vec<std::net::SocketAddr> = peers.to_vec();
+    for p in &m.peers {
+        if let weir_bt::magnet::PeerAddr::Ip(a) = p {
+            dial.push(*a);
+        }
+    }
+    if let Ok(bytes) = std::fs::read(&saved)
+        && let Ok(meta) = Metainfo::from_bytes(&bytes)
+        && meta.info_hash == ih
+    {
+        tracing::info!("{}: metadata from {}", meta.info.name, saved.display());
+        return Ok((Arc::new(meta), dial));
+    }
+    let label = m.name.clone().unwrap_or_else(|| hex.clone());
+    tracing::info!("{label}: fetching the metadata (BEP 9) from the link's peers");
+    let opts = weir_runtime::magnet::FetchOptions {
+        policy: ctx.policy.clone(),
+        peers: peers.to_vec(),
+        peer_id: weir_runtime::bt::new_peer_id(),
+        port: engine.bt_addr.map_or(0, |a| a.port()),
+        local_ip: engine.bt_addr.map(|a| a.ip()),
+        use_trackers: !run.opts.no_trackers,
+        timeout: Duration::from_secs(run.opts.peer_wait.max(10)),
+        max_dials: 8,
+    };
+    let got = weir_runtime::magnet::fetch(m, &opts)
+        .await
+        .map_err(|e| match e {
+            weir_runtime::magnet::FetchFailure::NoPeers
+            | weir_runtime::magnet::FetchFailure::NoInfoHash
+            | weir_runtime::magnet::FetchFailure::Invalid(_) => bad_input(format!("{label}: {e}")),
+            e => anyhow::anyhow!("{label}: {e}"),
+        })?;
+    std::fs::create_dir_all(&run.out).with_context(|| format!("creating {}", run.out.display()))?;
+    // Written aside and renamed: a torn file is never read as the torrent.
+    let tmp = saved.with_extension("torrent.tmp");
+    std::fs::write(&tmp, &got.torrent_file)
+        .and_then(|()| std::fs::rename(&tmp, &saved))
+        .with_context(|| format!("saving {}", saved.display()))?;
+    tracing::info!(
+        "{}: metadata fetched ({} bytes), saved as {}",
+        got.metainfo.info.name,
+        got.info_bytes.len(),
+        saved.display()
+    );
+    Ok((Arc::new(got.metainfo), dial))
 }
 
 /// Updates the displays; a transfer with no way to find peers is paused

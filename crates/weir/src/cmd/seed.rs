@@ -41,6 +41,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         ctx,
         crate::cmd::multi::Sources {
             torrents: vec![meta],
+            magnets: Vec::new(),
             links: Vec::new(),
             shares: Vec::new(),
         },

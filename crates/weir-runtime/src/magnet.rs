@@ -1,0 +1,342 @@
+//! Fetching a magnet link's metadata (BEP 9, `ut_metadata`) from peers
+//! over tokio: the sans-IO [`MetadataFetcher`] decides what to ask whom and
+//! verifies the info dictionary against the info-hash; this module only
+//! dials, shakes hands and moves its frames.
+//!
+//! Peers come from the link (`x.pe`), from `--peer`, and from one announce
+//! to each of the link's trackers (`tr`), all under the network policy.
+//! Several peers are asked at once; a peer whose pieces do not hash is
+//! dropped (the fetcher says so) and counted. The result is a `.torrent`
+//! (the verified dictionary plus the link's trackers) that the caller adds
+//! to the engine like any other.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::mpsc;
+use weir_bt::magnet::{Magnet, PeerAddr};
+use weir_bt::metadata::{
+    self, FetchEvent, FetchedMetadata, FetcherConfig, MetadataFetcher, MetadataLimits, MetadataMsg,
+};
+use weir_bt::tracker::AnnounceRequest;
+use weir_bt::wire::{self, ExtHandshake, Handshake, Limits, Message, UT_METADATA};
+use weir_core::policy::NetPolicy;
+
+/// How to fetch.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Where sockets may go.
+    pub policy: NetPolicy,
+    /// Peers to ask besides the link's own.
+    pub peers: Vec<SocketAddr>,
+    /// Our peer id.
+    pub peer_id: [u8; 20],
+    /// The port we listen on (announced to trackers).
+    pub port: u16,
+    /// Dial from this address (`None`: the system's choice).
+    pub local_ip: Option<IpAddr>,
+    /// Ask the link's trackers for peers.
+    pub use_trackers: bool,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Most peers dialled at once.
+    pub max_dials: usize,
+}
+
+/// Why no metadata came.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchFailure {
+    /// The link has no BitTorrent info-hash.
+    #[error("the magnet link has no BitTorrent info-hash (xt=urn:btih:)")]
+    NoInfoHash,
+    /// Nobody to ask.
+    #[error(
+        "the magnet link names no peer (x.pe) and no usable tracker (tr), and no --peer was given"
+    )]
+    NoPeers,
+    /// The time ran out.
+    #[error("no peer sent the metadata within {secs} s (asked {asked} of {known} peers: {why})")]
+    Timeout {
+        /// The limit.
+        secs: u64,
+        /// Peers that completed the handshake.
+        asked: usize,
+        /// Peers known.
+        known: usize,
+        /// What the last failures were.
+        why: String,
+    },
+    /// Every peer agrees with the info-hash, but the dictionary is no
+    /// usable torrent.
+    #[error(transparent)]
+    Invalid(#[from] metadata::FetchError),
+}
+
+/// What a connection task reports.
+enum Report {
+    Up { conn: u32, writer: OwnedWriteHalf },
+    Msg { conn: u32, msg: Message },
+    Down { conn: u32, why: String },
+}
+
+/// Fetches the info dictionary `m` names. See the module docs.
+pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, FetchFailure> {
+    let info_hash = m.info_hash.ok_or(FetchFailure::NoInfoHash)?;
+    let mut known: Vec<SocketAddr> = opts.peers.clone();
+    for p in &m.peers {
+        match p {
+            PeerAddr::Ip(a) => known.push(*a),
+            PeerAddr::Name { host, port } => {
+                if let Ok(a) = crate::net::resolve(&opts.policy, host, *port).await {
+                    known.extend(a);
+                }
+            }
+        }
+    }
+    if opts.use_trackers {
+        known.extend(tracker_peers(m, info_hash, opts).await);
+    }
+    known.retain(|a| opts.policy.allows(a.ip()));
+    known.sort();
+    known.dedup();
+    if known.is_empty() {
+        return Err(FetchFailure::NoPeers);
+    }
+    let cfg = FetcherConfig {
+        trackers: m.trackers.clone(),
+        ..FetcherConfig::default()
+    };
+    let mut fetcher = MetadataFetcher::new(info_hash, cfg);
+    let (tx, mut rx) = mpsc::channel::<Report>(64);
+    let mut writers: HashMap<u32, OwnedWriteHalf> = HashMap::new();
+    let mut tasks = Vec::new();
+    let mut next = known.iter().copied().enumerate();
+    let mut live = 0usize;
+    let mut asked = 0usize;
+    let mut last_why = String::from("none answered");
+    let deadline = tokio::time::Instant::now() + opts.timeout;
+    let limits = MetadataLimits::default();
+    let mut dial_more = |live: &mut usize, tasks: &mut Vec<tokio::task::JoinHandle<()>>| {
+        while *live < opts.max_dials.max(1) {
+            let Some((i, addr)) = next.next() else {
+                break;
+            };
+            *live += 1;
+            tasks.push(tokio::spawn(peer(
+                i as u32,
+                addr,
+                info_hash,
+                opts.clone(),
+                tx.clone(),
+            )));
+        }
+    };
+    dial_more(&mut live, &mut tasks);
+    let result = loop {
+        let tick = fetcher
+            .poll_timeout()
+            .map(tokio::time::Instant::from_std)
+            .unwrap_or(deadline)
+            .min(deadline);
+        tokio::select! {
+            r = rx.recv() => {
+                let now = Instant::now();
+                match r {
+                    Some(Report::Up { conn, writer }) => {
+                        asked += 1;
+                        writers.insert(conn, writer);
+                    }
+                    Some(Report::Msg { conn, msg: Message::Extended { id: 0, payload } }) => {
+                        match ExtHandshake::decode(&payload) {
+                            Ok(ext) => {
+                                if !fetcher.add_peer(conn, &ext, now) {
+                                    last_why = "a peer offers no metadata".into();
+                                }
+                            }
+                            Err(e) => last_why = format!("bad extension handshake: {e}"),
+                        }
+                    }
+                    Some(Report::Msg { conn, msg: Message::Extended { id, payload } })
+                        if id == metadata::LOCAL_ID =>
+                    {
+                        match MetadataMsg::decode(&payload, &limits) {
+                            Ok(msg) => fetcher.handle_message(conn, msg, now),
+                            Err(e) => {
+                                last_why = format!("bad ut_metadata message: {e}");
+                                fetcher.remove_peer(conn, now);
+                                writers.remove(&conn);
+                            }
+                        }
+                    }
+                    Some(Report::Msg { .. }) => {}
+                    Some(Report::Down { conn, why }) => {
+                        last_why = why;
+                        live = live.saturating_sub(1);
+                        fetcher.remove_peer(conn, now);
+                        writers.remove(&conn);
+                        dial_more(&mut live, &mut tasks);
+                    }
+                    None => {}
+                }
+            }
+            _ = tokio::time::sleep_until(tick) => {
+                if tokio::time::Instant::now() >= deadline {
+                    break Err(FetchFailure::Timeout {
+                        secs: opts.timeout.as_secs(),
+                        asked,
+                        known: known.len(),
+                        why: last_why.clone(),
+                    });
+                }
+                fetcher.handle_timeout(Instant::now());
+            }
+        }
+        while let Some((conn, frame)) = fetcher.poll_send() {
+            if let Some(w) = writers.get_mut(&conn)
+                && w.write_all(&frame).await.is_err()
+            {
+                writers.remove(&conn);
+            }
+        }
+        while let Some(ev) = fetcher.poll_event() {
+            if let FetchEvent::Drop { peer, reason } = ev {
+                tracing::info!("metadata: dropping peer {peer}: {reason}");
+                last_why = reason.to_string();
+                writers.remove(&peer);
+            }
+        }
+        if let Some(r) = fetcher.take_result() {
+            break r.map_err(FetchFailure::from);
+        }
+    };
+    for t in tasks {
+        t.abort();
+    }
+    if let Ok(f) = &result {
+        let st = fetcher.stats();
+        tracing::info!(
+            "metadata: {} bytes from {asked} peer(s) ({} hash failures)",
+            f.info_bytes.len(),
+            st.hash_failures
+        );
+    }
+    result
+}
+
+/// One announce to each of the link's trackers, for peers.
+async fn tracker_peers(m: &Magnet, info_hash: [u8; 20], opts: &FetchOptions) -> Vec<SocketAddr> {
+    let req = AnnounceRequest {
+        info_hash,
+        peer_id: opts.peer_id,
+        port: opts.port,
+        uploaded: 0,
+        downloaded: 0,
+        left: m.length.unwrap_or(1),
+        event: Some(weir_bt::tracker::Event::Started),
+        numwant: Some(50),
+        key: None,
+        compact: true,
+    };
+    let topts = crate::tracker::Options {
+        local_ip: opts.local_ip.filter(|ip| !ip.is_unspecified()),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for url in &m.trackers {
+        match crate::tracker::announce_with(&opts.policy, url, &req, &topts).await {
+            Ok(r) => out.extend(r.peers.into_iter().take(200)),
+            Err(e) => tracing::info!("tracker {url}: {e}"),
+        }
+    }
+    out
+}
+
+/// Dials `addr`, shakes hands (extension protocol on, `ut_metadata`
+/// offered), and forwards its messages until it closes.
+async fn peer(
+    conn: u32,
+    addr: SocketAddr,
+    info_hash: [u8; 20],
+    opts: FetchOptions,
+    tx: mpsc::Sender<Report>,
+) {
+    let why = match talk(conn, addr, info_hash, &opts, &tx).await {
+        Ok(()) => "closed".to_string(),
+        Err(e) => format!("{addr}: {e}"),
+    };
+    let _ = tx.send(Report::Down { conn, why }).await;
+}
+
+async fn talk(
+    conn: u32,
+    addr: SocketAddr,
+    info_hash: [u8; 20],
+    opts: &FetchOptions,
+    tx: &mpsc::Sender<Report>,
+) -> std::io::Result<()> {
+    let dial = crate::net::connect_tcp_from(&opts.policy, opts.local_ip, addr);
+    let s = tokio::time::timeout(Duration::from_secs(10), dial)
+        .await
+        .map_err(|_| std::io::Error::other("connect timed out"))??;
+    let _ = s.set_nodelay(true);
+    let (mut rd, mut wr) = s.into_split();
+    let mut out = BytesMut::new();
+    Handshake::new(info_hash, opts.peer_id).encode(&mut out);
+    let mut ext = ExtHandshake {
+        v: Some(concat!("weir ", env!("CARGO_PKG_VERSION")).into()),
+        ..Default::default()
+    };
+    ext.m.insert(UT_METADATA.into(), metadata::LOCAL_ID);
+    wire::encode(
+        &Message::Extended {
+            id: 0,
+            payload: Bytes::from(ext.encode()),
+        },
+        &mut out,
+    );
+    wr.write_all(&out).await?;
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let bad = |m: &str| std::io::Error::other(m.to_string());
+    let theirs = tokio::time::timeout(Duration::from_secs(10), async {
+        while buf.len() < Handshake::LEN {
+            if rd.read_buf(&mut buf).await? == 0 {
+                return Err(bad("closed during the handshake"));
+            }
+        }
+        Handshake::decode(&buf.split_to(Handshake::LEN))
+            .map_err(|e| bad(&e.to_string()))?
+            .ok_or_else(|| bad("short handshake"))
+    })
+    .await
+    .map_err(|_| bad("handshake timed out"))??;
+    if theirs.info_hash != info_hash {
+        return Err(bad("answered for another torrent"));
+    }
+    if !theirs.supports_extended() {
+        return Err(bad("no extension protocol (BEP 10): cannot send metadata"));
+    }
+    if tx.send(Report::Up { conn, writer: wr }).await.is_err() {
+        return Ok(());
+    }
+    let limits = Limits::new(0);
+    loop {
+        loop {
+            match wire::decode(&mut buf, &limits) {
+                Ok(Some(msg)) => {
+                    if tx.send(Report::Msg { conn, msg }).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Err(bad(&e.to_string())),
+            }
+        }
+        if rd.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+}

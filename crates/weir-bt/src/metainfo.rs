@@ -38,6 +38,10 @@ pub const MAX_PIECE_LENGTH: u32 = 64 << 20;
 /// A parsed, checked `.torrent`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Metainfo {
+    /// The info dictionary exactly as in the file (what the info-hash is
+    /// of): served to peers that fetch the metadata (BEP 9). `None` for a
+    /// metainfo made in memory.
+    pub info_bytes: Option<bytes::Bytes>,
     /// SHA-1 of the `info` dictionary exactly as received.
     pub info_hash: [u8; 20],
     /// The `info` dictionary.
@@ -207,6 +211,7 @@ impl Metainfo {
             None => None,
         };
         Ok(Metainfo {
+            info_bytes: Some(bytes::Bytes::copy_from_slice(info_d.raw)),
             info_hash,
             info,
             announce: announce.filter(|s| !s.is_empty()),

@@ -17,6 +17,7 @@ use super::*;
 fn meta(tag: u8) -> Arc<Metainfo> {
     let data = vec![tag; 100_000];
     Arc::new(Metainfo {
+        info_bytes: None,
         info_hash: [tag; 20],
         info: Info {
             name: format!("t{tag}"),

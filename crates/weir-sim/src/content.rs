@@ -222,6 +222,7 @@ impl TorrentSpec {
         let geo = *payload.geometry();
         let info_hash: [u8; 20] = Sha1::digest(name.as_bytes()).into();
         let meta = Metainfo {
+            info_bytes: None,
             info_hash,
             info: Info {
                 name: name.to_string(),

@@ -376,3 +376,50 @@ fn malformed_magnet_links_exit_2_naming_the_problem() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_libtorrent_leecher_given_a_magnet_gets_metadata_and_data_from_weir() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess-magsrv")?;
+    let dir = TempDir::new("session-magsrv")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let torrent = file_and_torrent(&data, "served.bin", 7 << 20, 97)?;
+    let info = weir_lab::torrent::TorrentInfo::read(&torrent)?;
+    let hex: String = info.info_hash.iter().map(|b| format!("{b:02x}")).collect();
+    let mut cmd = weir(&ns, &home);
+    cmd.arg("seed")
+        .arg(&torrent)
+        .arg(&data)
+        .args(["--listen", LT_SEED2, "--no-trackers", "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut seed = Proc::spawn("weir seed", &mut cmd)?;
+    ns.wait_port(LT_SEED2.parse()?, Duration::from_secs(60))
+        .map_err(|e| seed.failure(&format!("weir seed not listening: {e:#}")))?;
+    let out = dir.subdir("lt-out")?;
+    let magnet = format!("magnet:?xt=urn:btih:{hex}&dn=served.bin");
+    let r = bt::leech_with(
+        &ns,
+        &Client::Libtorrent,
+        &torrent,
+        &out,
+        addr(LT_SEED),
+        &Options {
+            peers: vec![LT_SEED2.parse()?],
+            extra_args: vec!["--magnet".into(), magnet],
+            timeout: Duration::from_secs(120),
+            ..Options::default()
+        },
+    )?;
+    payload::files_equal(&data.join("served.bin"), &out.join("served.bin"))?;
+    eprintln!(
+        "libtorrent from a magnet, metadata and data from weir: {:.1} s",
+        r.seconds
+    );
+    seed.kill_tree()?;
+    Ok(())
+}

@@ -195,6 +195,8 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct Torrent {
     info_hash: [u8; 20],
+    /// Serves the info dictionary to peers that ask (BEP 9).
+    metadata: crate::metadata::MetadataServer,
     geo: Geometry,
     cfg: TorrentConfig,
     content: Content,
@@ -238,6 +240,10 @@ impl Torrent {
         };
         let mut t = Self {
             info_hash: meta.info_hash,
+            metadata: crate::metadata::MetadataServer::new(
+                crate::metadata::ServerConfig::default(),
+                meta.info_bytes.clone(),
+            ),
             rng: fastrand::Rng::with_seed(cfg.seed ^ 0x9e37_79b9),
             geo,
             cfg,
@@ -397,12 +403,18 @@ impl Torrent {
         );
         p.peer_id = theirs.peer_id;
         if p.extended {
-            let ext = ExtHandshake {
+            let mut ext = ExtHandshake {
                 reqq: Some(self.cfg.max_peer_requests),
                 v: Some(self.cfg.client_name.clone()),
                 p: self.cfg.listen_port,
+                metadata_size: self.metadata.metadata_size(),
                 ..ExtHandshake::default()
             };
+            if ext.metadata_size.is_some() {
+                // Peers that came by a magnet link fetch the metadata here.
+                ext.m
+                    .insert(crate::wire::UT_METADATA.into(), crate::metadata::LOCAL_ID);
+            }
             let payload = Bytes::from(ext.encode());
             p.send(&Message::Extended { id: 0, payload }, now);
         }
@@ -446,11 +458,22 @@ impl Torrent {
             .any(|p| &p.peer_id == peer_id && !p.closing)
     }
 
+    /// Queues the metadata server's answers on their connections.
+    fn send_metadata(&mut self, now: Instant) {
+        while let Some((conn, frame)) = self.metadata.poll_send() {
+            if let Some(p) = self.peers.get_mut(&conn) {
+                p.send_frame(&frame, now);
+                self.dirty.mark(conn);
+            }
+        }
+    }
+
     /// A connection closed (by either side).
     pub fn remove_peer(&mut self, conn: ConnId, _now: Instant) {
         let Some(p) = self.peers.remove(&conn) else {
             return;
         };
+        self.metadata.remove_peer(conn);
         for &(piece, begin) in p.outstanding.keys() {
             self.content.release(conn, piece, begin);
         }
@@ -528,10 +551,24 @@ impl Torrent {
                     if let Some(q) = ext.reqq {
                         p.pipeline.set_peer_limit(q);
                     }
+                    self.metadata.add_peer(conn, &ext, now);
+                    let p = self.peers.get_mut(&conn).expect("caller checked");
                     p.client = ext.v;
                 }
                 Err(e) => self.fail(conn, e.to_string()),
             },
+            Message::Extended { id, payload } if id == crate::metadata::LOCAL_ID => {
+                match crate::metadata::MetadataMsg::decode(
+                    &payload,
+                    &crate::metadata::MetadataLimits::default(),
+                ) {
+                    Ok(m) => {
+                        self.metadata.handle_message(conn, &m, now);
+                        self.send_metadata(now);
+                    }
+                    Err(e) => self.protocol_error(conn, format!("ut_metadata: {e}")),
+                }
+            }
             Message::Extended { .. } => {}
         }
         self.flush();

@@ -171,6 +171,12 @@ impl Peer {
         self.last_send_at = now;
     }
 
+    /// Queues a frame encoded elsewhere (a metadata answer).
+    pub(crate) fn send_frame(&mut self, frame: &[u8], now: Instant) {
+        self.out.control().extend_from_slice(frame);
+        self.last_send_at = now;
+    }
+
     /// Queues a block: its 13-byte header and the shared payload, no copy.
     pub(crate) fn send_block(&mut self, index: u32, begin: u32, data: Bytes, now: Instant) {
         let header = Bytes::copy_from_slice(&wire::piece_header(index, begin, data.len() as u32));

@@ -17,6 +17,7 @@ const PIECE: u32 = 64 * 1024;
 
 fn meta(data: &[u8]) -> Metainfo {
     Metainfo {
+        info_bytes: None,
         info_hash: [7; 20],
         info: Info {
             name: "t".into(),

@@ -34,6 +34,7 @@ ap.add_argument('--ready')
 ap.add_argument('--done')
 ap.add_argument('--timeout', type=float, default=600.0)
 ap.add_argument('--ut-metadata', action='store_true', help='load the BEP 9 extension (serve metadata)')
+ap.add_argument('--magnet', help='leech: start from this magnet link instead of --torrent (implies --ut-metadata)')
 a = ap.parse_args()
 
 
@@ -68,7 +69,7 @@ settings.update({
 })
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
 ses = lt.session(settings, 0)
-if a.ut_metadata:
+if a.ut_metadata or a.magnet:
     ses.add_extension('ut_metadata')
 if a.dl_limit or a.ul_limit:
     pcf = lt.ip_filter()
@@ -77,8 +78,12 @@ if a.dl_limit or a.ul_limit:
     pcf.add_rule('::', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', glob)
     ses.set_peer_class_filter(pcf)
 
-atp = lt.add_torrent_params()
-atp.ti = lt.torrent_info(a.torrent)
+if a.magnet:
+    # Metadata from the peers (BEP 9): --torrent only names the run.
+    atp = lt.parse_magnet_uri(a.magnet)
+else:
+    atp = lt.add_torrent_params()
+    atp.ti = lt.torrent_info(a.torrent)
 atp.save_path = a.dir
 atp.flags |= lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | lt.torrent_flags.disable_pex
 h = ses.add_torrent(atp)

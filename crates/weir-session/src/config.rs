@@ -36,6 +36,8 @@ pub struct SessionConfig {
     pub order: Order,
     /// Seed of every random choice (tie-breaks, optimistic unchokes).
     pub seed: u64,
+    /// Peer exchange (BEP 11) on torrents that are not private.
+    pub pex: bool,
     /// Most requests in flight to one peer (`None`: the pipeline decides).
     pub max_requests: Option<u32>,
     /// How often the session looks for dials to start (besides after each
@@ -71,6 +73,7 @@ impl SessionConfig {
             nick: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
             order: Order::RarestFirst,
             seed: 0x5eed,
+            pex: true,
             max_requests: None,
             dial_interval: Duration::from_millis(500),
             source_reask: Duration::from_secs(20 * 60),

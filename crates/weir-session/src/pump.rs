@@ -49,6 +49,16 @@ impl Session {
                 BtEvent::CheckDone => self.on_checked(id, now),
                 BtEvent::Fatal(e) => self.on_failed(id, e, now),
                 BtEvent::Content(ev) => self.on_content_event(id, ev, now),
+                BtEvent::PexPeers(addrs) => {
+                    // Through the book: policy, bans, quotas, dial limits.
+                    self.add_peers(
+                        id,
+                        crate::Proto::Bt,
+                        &addrs,
+                        weir_core::peers::Source::Pex,
+                        now,
+                    );
+                }
             }
         }
         self.arm_bt_timer(id);

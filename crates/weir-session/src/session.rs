@@ -199,6 +199,7 @@ impl Session {
             tcfg.max_requests = m;
         }
         tcfg.download = spec.download;
+        tcfg.pex = self.cfg.pex;
         let digests = Torrent::digests(&meta);
         let mut torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
         let resumed = spec

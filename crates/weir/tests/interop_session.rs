@@ -423,3 +423,70 @@ fn a_libtorrent_leecher_given_a_magnet_gets_metadata_and_data_from_weir() -> any
     seed.kill_tree()?;
     Ok(())
 }
+
+#[test]
+fn weir_learns_a_seeder_only_through_pex_from_a_libtorrent_peer() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("isess-pex")?;
+    let dir = TempDir::new("session-pex")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let size = 8u64 << 20;
+    let torrent = file_and_torrent(&data, "pex.bin", size, 98)?;
+    let _s = bt::start_seed(&ns, &Client::Libtorrent, &torrent, &data, addr(LT_SEED))?;
+    // The middle peer: a libtorrent leecher with ut_pex, connected to the
+    // seeder, fetching at 50 kB/s (it can give weir little of the file).
+    let middle_out = dir.subdir("middle")?;
+    let opts = Options {
+        peers: vec![LT_SEED.parse()?],
+        download_limit: Some(50_000),
+        extra_args: vec!["--ut-pex".into()],
+        timeout: Duration::from_secs(25),
+        ..Options::default()
+    };
+    let out = dir.subdir("out")?;
+    std::thread::scope(|sc| -> anyhow::Result<()> {
+        let middle = sc.spawn(|| {
+            bt::leech_with(
+                &ns,
+                &Client::Libtorrent,
+                &torrent,
+                &middle_out,
+                addr(LT_SEED2),
+                &opts,
+            )
+        });
+        ns.wait_port(LT_SEED2.parse()?, Duration::from_secs(20))?;
+        // weir is told only of the middle peer: no tracker, --peer middle.
+        let (_, secs) = weir_get(
+            &ns,
+            &home,
+            &[
+                torrent.to_str().context("utf-8 path")?,
+                "-o",
+                out.to_str().context("utf-8 path")?,
+                "--listen",
+                WEIR_ADDR,
+                "--no-trackers",
+                "--peer",
+                LT_SEED2,
+            ],
+            Duration::from_secs(60),
+        )?;
+        payload::files_equal(&data.join("pex.bin"), &out.join("pex.bin"))?;
+        eprintln!("seeder found through libtorrent's PEX: {secs:.1} s");
+        // The middle peer could have given at most ~50 kB/s: the file came
+        // from the seeder weir learnt of through PEX.
+        assert!(
+            secs * 50_000.0 * 4.0 < size as f64,
+            "{secs:.1} s: slow enough to have come from the middle peer alone"
+        );
+        // It ends at its time limit (it is capped): awaited, so it is
+        // stopped by PID before the test ends.
+        let _ = middle.join();
+        Ok(())
+    })?;
+    Ok(())
+}

@@ -93,6 +93,9 @@ pub struct TorrentConfig {
     /// Download missing pieces (off: only upload what is had, as `weir
     /// seed` does; the torrent is then never interested).
     pub download: bool,
+    /// Exchange peers with peers (BEP 11, ut_pex); never for a private
+    /// torrent (BEP 27).
+    pub pex: bool,
 }
 
 impl TorrentConfig {
@@ -111,6 +114,7 @@ impl TorrentConfig {
             client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
             max_requests: 4096,
             download: true,
+            pex: true,
         }
     }
 }
@@ -152,6 +156,9 @@ pub enum Event {
     CheckDone,
     /// Storage failed: the torrent cannot continue.
     Fatal(String),
+    /// Peers a peer told us of (PEX), for the session's peer list (which
+    /// applies the policy, bans and its own limits).
+    PexPeers(Vec<SocketAddr>),
     /// Something of the content the torrent does not handle itself (a
     /// secondary scheme's unit to check or its verdict), for the owner of
     /// the transfer.
@@ -195,6 +202,8 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct Torrent {
     info_hash: [u8; 20],
+    /// Peer exchange allowed (configured, and the torrent not private).
+    pex: bool,
     /// Serves the info dictionary to peers that ask (BEP 9).
     metadata: crate::metadata::MetadataServer,
     geo: Geometry,
@@ -239,6 +248,7 @@ impl Torrent {
             ..Stats::default()
         };
         let mut t = Self {
+            pex: cfg.pex && !meta.info.private,
             info_hash: meta.info_hash,
             metadata: crate::metadata::MetadataServer::new(
                 crate::metadata::ServerConfig::default(),
@@ -410,6 +420,9 @@ impl Torrent {
                 metadata_size: self.metadata.metadata_size(),
                 ..ExtHandshake::default()
             };
+            if self.pex {
+                ext.m.insert("ut_pex".into(), crate::pex::LOCAL_ID);
+            }
             if ext.metadata_size.is_some() {
                 // Peers that came by a magnet link fetch the metadata here.
                 ext.m
@@ -552,11 +565,34 @@ impl Torrent {
                         p.pipeline.set_peer_limit(q);
                     }
                     self.metadata.add_peer(conn, &ext, now);
+                    let pex = self.pex;
                     let p = self.peers.get_mut(&conn).expect("caller checked");
+                    p.listen_port = ext.p.filter(|&port| port != 0);
+                    if pex
+                        && p.pex.is_none()
+                        && let Some(id) = ext.ext_id("ut_pex")
+                    {
+                        p.pex = Some((crate::pex::PexState::new(Default::default(), now), id));
+                    }
                     p.client = ext.v;
                 }
                 Err(e) => self.fail(conn, e.to_string()),
             },
+            Message::Extended { id, payload } if id == crate::pex::LOCAL_ID && self.pex => {
+                let p = self.peers.get_mut(&conn).expect("caller checked");
+                let Some((state, _)) = p.pex.as_mut() else {
+                    return self.protocol_error(conn, "ut_pex before offering it".into());
+                };
+                match state.handle_message(&payload, now) {
+                    Ok(got) => {
+                        let addrs: Vec<SocketAddr> = got.added.iter().map(|p| p.addr).collect();
+                        if !addrs.is_empty() {
+                            self.events.push_back(Event::PexPeers(addrs));
+                        }
+                    }
+                    Err(e) => self.protocol_error(conn, format!("ut_pex: {e}")),
+                }
+            }
             Message::Extended { id, payload } if id == crate::metadata::LOCAL_ID => {
                 match crate::metadata::MetadataMsg::decode(
                     &payload,
@@ -909,7 +945,48 @@ impl Torrent {
         }
     }
 
+    /// Sends each PEX peer what changed in our peer set, at most once a
+    /// minute (the state keeps the pace).
+    fn pex_round(&mut self, now: Instant) {
+        if !self.pex {
+            return;
+        }
+        let known: BTreeMap<ConnId, SocketAddr> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !p.closing)
+            .filter_map(|(c, p)| {
+                // Where it can be reached: its listen port (extension
+                // handshake) on its address, else the port it came from
+                // (right for the peers we dialled).
+                let port = p.listen_port.unwrap_or(p.addr.port());
+                Some((*c, SocketAddr::new(p.addr.ip(), port)))
+            })
+            .collect();
+        let conns: Vec<ConnId> = self.peers.keys().copied().collect();
+        for c in conns {
+            let p = self.peers.get_mut(&c).expect("listed");
+            let Some((state, id)) = p.pex.as_mut() else {
+                continue;
+            };
+            if state.poll_timeout().is_some_and(|t| t > now) {
+                continue;
+            }
+            let current: BTreeMap<SocketAddr, crate::pex::PexFlags> = known
+                .iter()
+                .filter(|(k, _)| **k != c)
+                .map(|(_, a)| (*a, crate::pex::PexFlags::default()))
+                .collect();
+            if let Some(msg) = state.poll_message(now, &current) {
+                let frame = crate::pex::frame(*id, &msg);
+                p.send_frame(&frame, now);
+                self.dirty.mark(c);
+            }
+        }
+    }
+
     fn tick(&mut self, now: Instant) {
+        self.pex_round(now);
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
             let p = self.peers.get_mut(&c).expect("listed");

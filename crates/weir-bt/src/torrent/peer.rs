@@ -53,6 +53,11 @@ pub(crate) struct Peer {
     pub(crate) fast: bool,
     pub(crate) extended: bool,
     pub(crate) client: Option<String>,
+    /// The port it listens on, from its extension handshake (`p`).
+    pub(crate) listen_port: Option<u16>,
+    /// Peer exchange with it (BEP 11), once both sides offered ut_pex:
+    /// the state and the id it receives ut_pex messages on.
+    pub(crate) pex: Option<(crate::pex::PexState, u8)>,
     pub(crate) am_choking: bool,
     pub(crate) am_interested: bool,
     pub(crate) peer_choking: bool,
@@ -114,6 +119,8 @@ impl Peer {
             fast,
             extended,
             client: None,
+            listen_port: None,
+            pex: None,
             am_choking: true,
             am_interested: false,
             peer_choking: true,

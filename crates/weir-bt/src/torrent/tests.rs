@@ -176,7 +176,10 @@ impl Swarm {
                 }
                 Event::Ban { ip, .. } => self.nodes[i].banned.push(ip),
                 Event::Complete => self.nodes[i].complete = true,
-                Event::PieceVerified(_) | Event::CheckDone | Event::Content(_) => {}
+                Event::PieceVerified(_)
+                | Event::CheckDone
+                | Event::Content(_)
+                | Event::PexPeers(_) => {}
                 Event::Fatal(e) => panic!("fatal: {e}"),
             }
         }

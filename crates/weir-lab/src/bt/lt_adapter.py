@@ -34,6 +34,7 @@ ap.add_argument('--ready')
 ap.add_argument('--done')
 ap.add_argument('--timeout', type=float, default=600.0)
 ap.add_argument('--ut-metadata', action='store_true', help='load the BEP 9 extension (serve metadata)')
+ap.add_argument('--ut-pex', action='store_true', help='load the BEP 11 extension (peer exchange)')
 ap.add_argument('--magnet', help='leech: start from this magnet link instead of --torrent (implies --ut-metadata)')
 a = ap.parse_args()
 
@@ -71,6 +72,8 @@ settings.update({
 ses = lt.session(settings, 0)
 if a.ut_metadata or a.magnet:
     ses.add_extension('ut_metadata')
+if a.ut_pex:
+    ses.add_extension('ut_pex')
 if a.dl_limit or a.ul_limit:
     pcf = lt.ip_filter()
     glob = 1 << lt.session.global_peer_class_id
@@ -85,7 +88,9 @@ else:
     atp = lt.add_torrent_params()
     atp.ti = lt.torrent_info(a.torrent)
 atp.save_path = a.dir
-atp.flags |= lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | lt.torrent_flags.disable_pex
+atp.flags |= lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd
+if not a.ut_pex:
+    atp.flags |= lt.torrent_flags.disable_pex
 h = ses.add_torrent(atp)
 
 

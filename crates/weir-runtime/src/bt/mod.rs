@@ -780,7 +780,8 @@ impl Driver {
                     tracing::warn!("banning {ip}: {reason}");
                     self.book.ban(ip);
                 }
-                Event::PieceVerified(_) | Event::Content(_) => {}
+                // The old driver does no peer exchange.
+                Event::PieceVerified(_) | Event::Content(_) | Event::PexPeers(_) => {}
                 Event::Complete => {
                     if self.completed_at.is_none() {
                         self.completed_at = Some(Instant::now());

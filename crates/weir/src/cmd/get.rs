@@ -25,6 +25,10 @@ pub(crate) struct TransferOpts {
     /// Do not contact the torrent's trackers.
     #[arg(long)]
     pub(crate) no_trackers: bool,
+    /// No peer exchange (BEP 11): neither learn peers from peers nor tell
+    /// them ours. Private torrents never use it.
+    #[arg(long)]
+    pub(crate) no_pex: bool,
     /// eD2k server to log into, to find sources and be found (repeatable).
     #[arg(long = "server", value_name = "IP:PORT")]
     pub(crate) servers: Vec<SocketAddr>,

@@ -102,6 +102,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         session.order = run.order;
         session.max_requests = opts.max_requests;
         session.seed = fastrand::u64(..);
+        session.pex = !opts.no_pex;
         let mut cfg = EngineConfig::new(session);
         // One port per protocol in use: BitTorrent's is --listen, eD2k's
         // the next (or --listen itself when there is no torrent).

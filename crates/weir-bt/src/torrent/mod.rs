@@ -955,12 +955,12 @@ impl Torrent {
             .peers
             .iter()
             .filter(|(_, p)| !p.closing)
-            .filter_map(|(c, p)| {
+            .map(|(c, p)| {
                 // Where it can be reached: its listen port (extension
                 // handshake) on its address, else the port it came from
                 // (right for the peers we dialled).
                 let port = p.listen_port.unwrap_or(p.addr.port());
-                Some((*c, SocketAddr::new(p.addr.ip(), port)))
+                (*c, SocketAddr::new(p.addr.ip(), port))
             })
             .collect();
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();

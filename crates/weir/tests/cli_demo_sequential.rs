@@ -218,8 +218,12 @@ fn sequential_fetches_first_bytes_first() {
         have.len()
     );
     assert!(prefix >= 40, "sequential: prefix {prefix} of {have:?}");
+    // Pieces in flight together finish in any order (two hash workers,
+    // one falling behind on a loaded machine left every other one of
+    // [58, 66] verified past a prefix of 57): a window of 16 of the 512,
+    // where the default order lands pieces up to the end.
     assert!(
-        beyond.iter().all(|&p| p < prefix + 8),
+        beyond.iter().all(|&p| p < prefix + 16),
         "sequential: pieces far past the prefix {prefix}: {beyond:?}"
     );
 

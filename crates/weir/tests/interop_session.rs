@@ -270,35 +270,43 @@ fn two_torrents_whose_libtorrent_seeders_dial_one_weir_port() -> anyhow::Result<
     let t1 = file_and_torrent(&data, "one.bin", 12 << 20, 94)?;
     let t2 = file_and_torrent(&data, "two.bin", 9 << 20, 95)?;
     let weir_addr: SocketAddr = WEIR_ADDR.parse()?;
+    let out = dir.subdir("out")?;
+    // weir first: libtorrent gives up on an address after three refused
+    // dials (max_failcount), so the seeders start once weir listens.
+    // No tracker, no --peer: the seeders must come to weir's one port.
+    let mut cmd = weir(&ns, &home);
+    cmd.env("RUST_LOG", "info")
+        .arg("get")
+        .arg(&t1)
+        .arg(&t2)
+        .arg("-o")
+        .arg(&out)
+        .args(["--listen", WEIR_ADDR, "--no-trackers", "--peer-wait", "120"]);
+    let start = Instant::now();
+    let mut get = Proc::spawn_logged("weir get", &mut cmd, dir.path())?;
+    ns.wait_port(weir_addr, Duration::from_secs(60))
+        .map_err(|e| get.failure(&format!("weir get not listening: {e:#}")))?;
     let dial = Options {
         dial: Some(weir_addr),
         ..Options::default()
     };
     let _s1 = bt::start_seed_with(&ns, &Client::Libtorrent, &t1, &data, addr(LT_SEED), &dial)?;
     let _s2 = bt::start_seed_with(&ns, &Client::Libtorrent, &t2, &data, addr(LT_SEED2), &dial)?;
-    let out = dir.subdir("out")?;
-    // No tracker, no --peer: the seeders must come to weir's one port.
-    let (stderr, secs) = weir_get(
-        &ns,
-        &home,
-        &[
-            t1.to_str().context("utf-8 path")?,
-            t2.to_str().context("utf-8 path")?,
-            "-o",
-            out.to_str().context("utf-8 path")?,
-            "--listen",
-            WEIR_ADDR,
-            "--no-trackers",
-            "--peer-wait",
-            "120",
-        ],
-        Duration::from_secs(240),
-    )?;
+    match get.wait_timeout(Duration::from_secs(240))? {
+        Some((st, _)) if st.success() => {}
+        Some(_) => return Err(get.failure("weir get failed")),
+        None => {
+            let _ = get.kill_tree();
+            return Err(get.failure("weir get timed out"));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
     payload::files_equal(&data.join("one.bin"), &out.join("one.bin"))?;
     payload::files_equal(&data.join("two.bin"), &out.join("two.bin"))?;
+    let log = std::fs::read_to_string(get.stderr_log().context("logged")?)?;
     assert!(
-        stderr.contains(&format!("BitTorrent: listening on {WEIR_ADDR}")),
-        "{stderr}"
+        log.contains(&format!("BitTorrent: listening on {WEIR_ADDR}")),
+        "{log}"
     );
     eprintln!("two torrents, seeders dialling one port: {secs:.1} s");
     Ok(())

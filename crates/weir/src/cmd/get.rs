@@ -19,7 +19,9 @@ pub(crate) struct TransferOpts {
     /// a port given here that is taken is an error.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<SocketAddr>,
-    /// Dial this peer directly (repeatable).
+    /// Dial this peer directly (repeatable). With torrents or magnets in
+    /// the run it is a BitTorrent peer; with only ed2k links, an eD2k
+    /// source.
     #[arg(long = "peer", value_name = "HOST:PORT")]
     pub(crate) peers: Vec<String>,
     /// Do not contact the torrent's trackers.

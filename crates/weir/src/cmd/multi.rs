@@ -191,13 +191,21 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                 },
             );
         }
+        // A --peer is a BitTorrent peer when there is a torrent (an eD2k
+        // hello sent to a BitTorrent client hangs until the handshake
+        // timeout), an eD2k source otherwise.
+        let ed2k_peers = if torrents.is_empty() {
+            peers.clone()
+        } else {
+            Vec::new()
+        };
         for link in &sources.links {
             let id = engine
                 .add_ed2k(Ed2kSource {
                     link: link.clone(),
                     dir: run.out.clone(),
                     open,
-                    peers: peers.clone(),
+                    peers: ed2k_peers.clone(),
                     seed: run.seed,
                 })
                 .await
@@ -210,7 +218,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                 );
                 continue;
             }
-            let why = (link.sources.is_empty() && peers.is_empty() && opts.servers.is_empty())
+            let why = (link.sources.is_empty() && ed2k_peers.is_empty() && opts.servers.is_empty())
                 .then(|| "the link names no source and no --peer or --server was given".into());
             shown.insert(
                 id,

@@ -1,0 +1,238 @@
+//! The engine (`weir_runtime::engine`, what `weir get` runs) against
+//! hostile peers and servers on loopback (small tokio programs in this
+//! test): dials and handshakes past the limits, idle connections, a
+//! tracker's huge answer, a peer that does not read its answers, and an
+//! eD2k server asking for callbacks. The same bounds as the old drivers'
+//! (`hostile.rs`), held by the session (limits) and the engine (write
+//! queues, timeouts, the accept loop).
+
+mod engine_common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use engine_common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_ed2k::server::ServerToClient;
+use weir_runtime::engine::Engine;
+
+/// Every test ends within this, or fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dials_in_progress_are_limited() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("dials");
+        let meta = torrent(&dir, 256 * 1024);
+        // 40 peers that accept and never shake hands: every dial stays in
+        // progress until its timeout, or until the peer hangs up.
+        let peers = Holders::start(40).await;
+        let mut cfg = config();
+        cfg.session.global.max_peers = 50;
+        cfg.session.global.max_half_open = 8;
+        cfg.session.per_transfer.max_half_open = 50;
+        let e = Engine::start(cfg).await.unwrap();
+        e.add_torrent(download_source(
+            meta,
+            &tmp("dials-dst"),
+            peers.addrs.clone(),
+        ))
+        .await
+        .unwrap();
+        // Eight at once, then one more for each that ends.
+        peers.cycle(8, 12).await;
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_incoming_connections_give_way_and_time_out_and_honest_peers_get_in() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("idle-src");
+        let meta = torrent(&dir, 1 << 20);
+        let mut cfg = config();
+        cfg.session.global.max_handshakes = 4;
+        cfg.handshake_timeout = Duration::from_secs(3);
+        let (seed, _) = seeder(meta.clone(), &dir, cfg).await;
+        let addr = seed.bt_addr.unwrap();
+        // Ten connections that never say a word.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let connected = Instant::now();
+        // The six oldest were dropped for newer ones at once.
+        for (i, s) in idle.iter_mut().take(6).enumerate() {
+            assert!(
+                read_to_close(s, Duration::from_secs(2)).await.is_some(),
+                "idle connection {i} kept past the handshake limit"
+            );
+        }
+        // An honest leecher still gets in (the oldest idle one gives way
+        // to it) and downloads.
+        let leech = Engine::start(config()).await.unwrap();
+        let id = leech
+            .add_torrent(download_source(meta.clone(), &tmp("idle-dst"), vec![addr]))
+            .await
+            .unwrap();
+        let summary = leech.wait().await.unwrap();
+        let t = summary.transfers.iter().find(|t| t.id == id).unwrap();
+        assert!(t.complete_at.is_some(), "the honest leecher did not finish");
+        assert_eq!(t.bytes_had, meta.info.total_length());
+        assert!(
+            read_to_close(&mut idle[6], Duration::from_secs(6))
+                .await
+                .is_some()
+        );
+        // The others go at the handshake timeout (3 s), not before.
+        for (i, s) in idle.iter_mut().enumerate().skip(7) {
+            assert!(
+                read_to_close(s, Duration::from_secs(6)).await.is_some(),
+                "idle connection {i} kept past the handshake timeout"
+            );
+            let at = connected.elapsed();
+            assert!(
+                (Duration::from_millis(2500)..Duration::from_secs(6)).contains(&at),
+                "idle connection {i} closed after {at:?} (timeout 3 s)"
+            );
+        }
+        stop(seed).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A fake HTTP tracker answering every announce with `peers` compact
+/// IPv4 peers on 127.0.0.0/8; counts the announces.
+async fn huge_tracker(peers: u32) -> SocketAddr {
+    let mut compact = Vec::with_capacity(peers as usize * 6);
+    for i in 0..peers {
+        let ip = Ipv4Addr::from(0x7f00_0000 | (i + 2));
+        compact.extend_from_slice(&ip.octets());
+        compact.extend_from_slice(&(6000u16 + (i % 1000) as u16).to_be_bytes());
+    }
+    let mut body = format!("d8:intervali1800e5:peers{}:", compact.len()).into_bytes();
+    body.extend_from_slice(&compact);
+    body.push(b'e');
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+            let _ = s.write_all(&body).await;
+            let _ = s.shutdown().await;
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_tracker_answer_adds_a_bounded_number_of_peers() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("tracker");
+        let tracker = huge_tracker(170_000).await;
+        let meta = torrent_with(
+            &dir,
+            256 * 1024,
+            vec![vec![format!("http://{tracker}/announce")]],
+        );
+        let mut cfg = config();
+        cfg.use_trackers = true;
+        let e = Engine::start(cfg).await.unwrap();
+        let id = e
+            .add_torrent(download_source(meta, &tmp("tracker-dst"), Vec::new()))
+            .await
+            .unwrap();
+        // The answer is taken in as one input: the first snapshot that
+        // knows any peer knows all it will.
+        let s = progress_until(&e, Duration::from_secs(20), "peers", |s| {
+            info(s, id).is_some_and(|t| t.known > 0)
+        })
+        .await;
+        let known = info(&s, id).unwrap().known;
+        let max = weir_core::peers::BookConfig::default().max_per_answer;
+        assert!(
+            (max / 2..=max).contains(&known),
+            "{known} peers known of 170,000 (at most {max} per answer)"
+        );
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A fake eD2k server: takes the login, gives a high id, then asks for
+/// `n` callbacks to the addresses in `to`, in turn.
+async fn callback_server(to: Vec<SocketAddr>, n: usize) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = l.accept().await else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let mut out = BytesMut::new();
+        ServerToClient::IdChange {
+            id: 0x0100_007f,
+            flags: 0,
+        }
+        .encode(&mut out);
+        for i in 0..n {
+            let SocketAddr::V4(a) = to[i % to.len()] else {
+                unreachable!()
+            };
+            ServerToClient::CallbackRequested {
+                ip: *a.ip(),
+                port: a.port(),
+            }
+            .encode(&mut out);
+        }
+        let _ = s.write_all(&out).await;
+        // Keep the session open.
+        while let Ok(k) = s.read(&mut buf).await {
+            if k == 0 {
+                break;
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_callbacks_go_through_the_dial_limits() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("callbacks");
+        let peers = Holders::start(20).await;
+        let server = callback_server(peers.addrs.clone(), 2000).await;
+        let mut cfg = config();
+        cfg.keep_running = true;
+        cfg.session.global.max_peers = 5;
+        let e = Engine::start(cfg).await.unwrap();
+        e.share(share(&dir, 10_000)).await.unwrap();
+        e.add_server(server).await;
+        // 2,000 callbacks asked: the server's connection and four
+        // callbacks fill the five peer slots; each callback that ends lets
+        // one more in.
+        peers.cycle(4, 8).await;
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}

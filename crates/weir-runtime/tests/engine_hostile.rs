@@ -15,6 +15,8 @@ use bytes::BytesMut;
 use engine_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use weir_ed2k::Md4Hash;
+use weir_ed2k::client::{ClientMessage, OwnHello};
 use weir_ed2k::server::ServerToClient;
 use weir_runtime::engine::Engine;
 
@@ -170,6 +172,71 @@ async fn a_huge_tracker_answer_adds_a_bounded_number_of_peers() {
         assert!(
             (max / 2..=max).contains(&known),
             "{known} peers known of 170,000 (at most {max} per answer)"
+        );
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}
+
+fn encode(m: &ClientMessage) -> BytesMut {
+    let mut b = BytesMut::new();
+    m.encode(&mut b);
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ed2k_peer_that_does_not_read_is_dropped_at_the_queue_bound() {
+    tokio::time::timeout(LIMIT, async {
+        let log = Log::capture();
+        let dir = tmp("noread");
+        let mut cfg = config();
+        cfg.ed2k_listen = Some("127.0.0.1:0".parse().unwrap());
+        cfg.keep_running = true;
+        let e = Engine::start(cfg).await.unwrap();
+        e.share(share(&dir, 100_000)).await.unwrap();
+        let addr = e.ed2k_addr.unwrap();
+        // A small receive buffer of our own: weir's writer is stuck soon.
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_recv_buffer_size(64 * 1024).unwrap();
+        let mut s = sock.connect(addr).await.unwrap();
+        let hello = OwnHello::weir("hostile", 0, false).hello(Md4Hash([9; 16]), 1, 4662);
+        s.write_all(&encode(&ClientMessage::Hello(hello)))
+            .await
+            .unwrap();
+        // Each 6-byte PUBLICIP_REQ earns a 10-byte answer; none is read.
+        let one = encode(&ClientMessage::PublicIpReq);
+        let mut burst = BytesMut::new();
+        for _ in 0..10_000 {
+            burst.extend_from_slice(&one);
+        }
+        let mut sent = 0u64;
+        let limit = 200u64 << 20;
+        while sent < limit {
+            match tokio::time::timeout(Duration::from_secs(5), s.write_all(&burst)).await {
+                Ok(Ok(())) => sent += burst.len() as u64,
+                // Dropped (reset), or no longer read: stop flooding.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        // Weir closed it, for not reading, with no more queued for it than
+        // the eD2k core's upload watermark plus one read plus 1 MiB of
+        // control messages (the old driver's bound), and not much less.
+        let got = read_to_close(&mut s, Duration::from_secs(20)).await;
+        assert!(got.is_some(), "a peer that does not read was kept");
+        let core = weir_ed2k::transfer::ClientConfig::new(Md4Hash([0; 16]));
+        let bound = core.upload_watermark + u64::from(core.max_read) + (1 << 20);
+        let lines = log.lines("peer is not reading");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let queued: u64 = lines[0]
+            .split("reading: ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no figure in {}", lines[0]));
+        assert!(
+            (bound - (1 << 20)..=bound).contains(&queued),
+            "dropped with {queued} bytes queued (bound {bound}), {sent} bytes asked"
         );
         stop(e).await;
     })

@@ -165,6 +165,25 @@ impl Session {
         &self.cfg
     }
 
+    /// Most block data a protocol core queues for one connection of
+    /// `proto` before it stops serving it: its upload watermark plus the
+    /// one read that may cross it (0 for a server, which gets no blocks).
+    /// A runtime bounds each connection's write queue a little above this
+    /// and drops a peer that lets it fill: that peer does not read.
+    pub fn upload_bound(&self, proto: Proto) -> u64 {
+        match proto {
+            Proto::Bt => {
+                let t = TorrentConfig::new(self.cfg.peer_id);
+                t.upload_watermark + u64::from(t.max_read)
+            }
+            Proto::Ed2k => {
+                let c = self.ed2k.config();
+                c.upload_watermark + u64::from(c.max_read)
+            }
+            Proto::Ed2kServer => 0,
+        }
+    }
+
     fn new_id(&mut self) -> TransferId {
         let id = TransferId(self.next_id);
         self.next_id += 1;

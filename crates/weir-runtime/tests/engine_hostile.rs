@@ -303,3 +303,83 @@ async fn server_callbacks_go_through_the_dial_limits() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_incoming_ed2k_connections_give_way_and_time_out_and_honest_peers_get_in() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("ed2k-idle-src");
+        let mut cfg = config();
+        cfg.ed2k_listen = Some("127.0.0.1:0".parse().unwrap());
+        cfg.keep_running = true;
+        cfg.session.global.max_handshakes = 4;
+        cfg.handshake_timeout = Duration::from_secs(3);
+        let seed = Engine::start(cfg).await.unwrap();
+        let shared = share(&dir, 300_000);
+        let link = weir_ed2k::link::FileLink {
+            name: "s.bin".into(),
+            size: shared.hashes.size,
+            hash: shared.hashes.file_hash,
+            aich: None,
+            part_hashes: None,
+            sources: Vec::new(),
+        };
+        seed.share(shared).await.unwrap();
+        let addr = seed.ed2k_addr.unwrap();
+        // Ten connections that never send their hello.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let connected = Instant::now();
+        // The six oldest were dropped for newer ones at once.
+        for (i, s) in idle.iter_mut().take(6).enumerate() {
+            assert!(
+                read_to_close(s, Duration::from_secs(2)).await.is_some(),
+                "idle eD2k connection {i} kept past the handshake limit"
+            );
+        }
+        // An honest downloader still gets in (the oldest idle one gives way
+        // to it) and downloads.
+        let leech = Engine::start(config()).await.unwrap();
+        let id = leech
+            .add_ed2k(weir_runtime::engine::Ed2kSource {
+                link,
+                dir: tmp("ed2k-idle-dst"),
+                open: weir_runtime::storage::OpenOptions::download(),
+                peers: vec![addr],
+                seed: false,
+            })
+            .await
+            .unwrap();
+        let summary = tokio::time::timeout(Duration::from_secs(20), leech.wait())
+            .await
+            .expect("the honest downloader did not finish in time")
+            .unwrap();
+        let t = summary.transfers.iter().find(|t| t.id == id).unwrap();
+        assert!(
+            t.complete_at.is_some(),
+            "the honest downloader did not finish"
+        );
+        assert_eq!(t.bytes_had, 300_000);
+        assert!(
+            read_to_close(&mut idle[6], Duration::from_secs(6))
+                .await
+                .is_some()
+        );
+        // The others go at the handshake timeout (3 s), not before.
+        for (i, s) in idle.iter_mut().enumerate().skip(7) {
+            assert!(
+                read_to_close(s, Duration::from_secs(6)).await.is_some(),
+                "idle eD2k connection {i} kept past the handshake timeout"
+            );
+            let at = connected.elapsed();
+            assert!(
+                (Duration::from_millis(2500)..Duration::from_secs(6)).contains(&at),
+                "idle eD2k connection {i} closed after {at:?} (timeout 3 s)"
+            );
+        }
+        stop(seed).await;
+    })
+    .await
+    .unwrap();
+}

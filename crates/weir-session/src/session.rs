@@ -129,6 +129,7 @@ impl Session {
         ccfg.seed = cfg.seed ^ 0xed2c;
         ccfg.upload_slots = cfg.ed2k_upload_slots;
         ccfg.accept_compressed = cfg.ed2k_accept_compressed;
+        ccfg.hello_timeout = cfg.ed2k_hello_timeout;
         if let Some(m) = cfg.max_requests {
             ccfg.max_requests = m;
         }

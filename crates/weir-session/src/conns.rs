@@ -334,11 +334,7 @@ impl Session {
             Proto::Ed2kServer => self.server_packets(conn, pkts, now),
             Proto::Ed2k => {
                 let hello_pending = c.stage == Stage::Handshaking;
-                self.with_ed2k(now, |e| {
-                    for p in pkts {
-                        e.handle_packet(conn, p, now);
-                    }
-                });
+                self.with_ed2k(now, |e| e.handle_packets(conn, pkts, now));
                 if hello_pending {
                     self.ed2k_hello_done(conn, now);
                 }

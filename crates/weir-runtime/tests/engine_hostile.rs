@@ -383,3 +383,97 @@ async fn idle_incoming_ed2k_connections_give_way_and_time_out_and_honest_peers_g
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ed2k_peer_asking_before_its_hello_is_closed_unanswered() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("before-hello");
+        let mut cfg = config();
+        cfg.ed2k_listen = Some("127.0.0.1:0".parse().unwrap());
+        cfg.keep_running = true;
+        let e = Engine::start(cfg).await.unwrap();
+        e.share(share(&dir, 100_000)).await.unwrap();
+        let mut s = TcpStream::connect(e.ed2k_addr.unwrap()).await.unwrap();
+        // 6 MB of PUBLICIP_REQ and no hello: the first one ends it.
+        let one = encode(&ClientMessage::PublicIpReq);
+        let mut burst = BytesMut::new();
+        for _ in 0..10_000 {
+            burst.extend_from_slice(&one);
+        }
+        for _ in 0..100 {
+            if !matches!(
+                tokio::time::timeout(Duration::from_secs(5), s.write_all(&burst)).await,
+                Ok(Ok(()))
+            ) {
+                break;
+            }
+        }
+        let got = read_to_close(&mut s, Duration::from_secs(10)).await;
+        assert_eq!(got, Some(0), "answered before its hello, or kept");
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tmp("unasked-src");
+        let meta = torrent(&dir, 1 << 20);
+        // A "seeder" that never unchokes and pushes 16 KiB blocks of piece
+        // 1 (never block 0) until it is dropped.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let info_hash = meta.info_hash;
+        let pusher = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut theirs = [0u8; weir_bt::wire::Handshake::LEN];
+            s.read_exact(&mut theirs).await.unwrap();
+            let mut out = BytesMut::new();
+            weir_bt::wire::Handshake::new(info_hash, *b"-XX0000-pusher-test0").encode(&mut out);
+            let block = vec![0x55u8; 16 * 1024];
+            let mut pushed = 0u64;
+            let mut begin = 16 * 1024u32;
+            while pushed < 64 << 20 {
+                weir_bt::wire::encode(
+                    &weir_bt::wire::Message::Piece {
+                        index: 1,
+                        begin,
+                        data: bytes::Bytes::from(block.clone()),
+                    },
+                    &mut out,
+                );
+                begin = if begin >= 48 * 1024 {
+                    16 * 1024
+                } else {
+                    begin + 16 * 1024
+                };
+                match tokio::time::timeout(Duration::from_secs(5), s.write_all(&out)).await {
+                    Ok(Ok(())) => pushed += out.len() as u64,
+                    Ok(Err(_)) | Err(_) => break,
+                }
+                out.clear();
+            }
+            let closed = read_to_close(&mut s, Duration::from_secs(10)).await;
+            (pushed, closed)
+        });
+        let e = Engine::start(config()).await.unwrap();
+        let id = e
+            .add_torrent(download_source(meta, &tmp("unasked-dst"), vec![addr]))
+            .await
+            .unwrap();
+        let (pushed, closed) = pusher.await.unwrap();
+        assert!(closed.is_some(), "kept after {pushed} bytes pushed unasked");
+        let s = progress_until(&e, Duration::from_secs(10), "the violation counted", |s| {
+            info(s, id).is_some_and(|t| t.protocol_errors >= 1)
+        })
+        .await;
+        let t = info(&s, id).unwrap();
+        assert_eq!((t.bytes_had, t.downloaded.0), (0, 0), "unasked data kept");
+        assert!(pushed < 64 << 20, "all {pushed} bytes taken");
+        stop(e).await;
+    })
+    .await
+    .unwrap();
+}

@@ -28,6 +28,12 @@ use crate::bandwidth::Limiter;
 pub const READ_BUF: usize = 512 * 1024;
 /// Refill the read buffer when less than this is free.
 const MIN_FREE: usize = 64 * 1024;
+/// Most messages forwarded in one batch. A read of a peer's smallest
+/// messages (4-byte keep-alives, 6-byte eD2k packets) is ~100,000 of them,
+/// ~10 MB decoded, and the driver's channel holds dozens of batches: one
+/// peer flooding them made the engine's process grow by ~480 MiB. Blocks
+/// (16 KiB and more) come 32 or fewer per read, under the cap.
+pub const MAX_BATCH: usize = 1024;
 /// Most slices in one vectored write.
 const MAX_IOV: usize = 512;
 /// After the driver lets go of a connection, the writer flushes what is
@@ -182,7 +188,12 @@ pub async fn reader<D, T>(
 {
     loop {
         let mut msgs = Vec::new();
+        let mut full = false;
         loop {
+            if msgs.len() >= MAX_BATCH {
+                full = true;
+                break;
+            }
             match decoder.decode(&mut buf) {
                 Ok(Some(m)) => msgs.push(m),
                 Ok(None) => break,
@@ -210,6 +221,10 @@ pub async fn reader<D, T>(
                 .is_err()
         {
             return;
+        }
+        if full {
+            // The rest of what was read first, then read again.
+            continue;
         }
         if buf.capacity() - buf.len() < MIN_FREE {
             buf.reserve(READ_BUF);

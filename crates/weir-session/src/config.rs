@@ -51,6 +51,10 @@ pub struct SessionConfig {
     pub ed2k_upload_slots: usize,
     /// Let eD2k peers send us zlib-packed parts.
     pub ed2k_accept_compressed: bool,
+    /// An accepted eD2k connection whose hello has not come within this is
+    /// closed (the runtime's handshake timeout, for the handshake the
+    /// session sees).
+    pub ed2k_hello_timeout: Duration,
 }
 
 impl SessionConfig {
@@ -80,6 +84,7 @@ impl SessionConfig {
             server_retry: Duration::from_secs(30),
             ed2k_upload_slots: 8,
             ed2k_accept_compressed: true,
+            ed2k_hello_timeout: Duration::from_secs(15),
         }
     }
 }

@@ -127,7 +127,13 @@ impl Session {
                 if !self.cfg.global.admit_peer(&self.counts) {
                     return Err(Refused::Full);
                 }
-                self.move_stage(conn, c, Stage::Peer);
+                // An accepted connection stays in its handshake (counted
+                // against the handshake limit, giving way to newer ones,
+                // closed by the core's hello timeout) until the peer's
+                // hello arrives; one we dialled is a peer at once.
+                if c.outgoing {
+                    self.move_stage(conn, c, Stage::Peer);
+                }
                 if c.outgoing
                     && let Some(b) = self.book_of(c)
                 {
@@ -264,6 +270,10 @@ impl Session {
                     self.pump_bt(id, now);
                 }
             }
+            // An accepted one waiting for its hello is in the core too.
+            Proto::Ed2k if c.stage == Stage::Handshaking => {
+                self.with_ed2k(now, |e| e.remove_conn(conn, now));
+            }
             Proto::Ed2k if c.stage == Stage::Peer => {
                 self.with_ed2k(now, |e| match error {
                     Some(err) => e.conn_error(conn, err, now),
@@ -323,14 +333,34 @@ impl Session {
         match c.proto {
             Proto::Ed2kServer => self.server_packets(conn, pkts, now),
             Proto::Ed2k => {
-                self.with_ed2k(now, |e| {
-                    for p in pkts {
-                        e.handle_packet(conn, p, now);
-                    }
-                });
+                let hello_pending = c.stage == Stage::Handshaking;
+                self.with_ed2k(now, |e| e.handle_packets(conn, pkts, now));
+                if hello_pending {
+                    self.ed2k_hello_done(conn, now);
+                }
             }
             Proto::Bt => {}
         }
+    }
+
+    /// An accepted eD2k connection becomes a peer once its hello came (and
+    /// a peer slot is free; else it is closed).
+    fn ed2k_hello_done(&mut self, conn: ConnId, now: Instant) {
+        let Some(c) = self.conns.get(&conn).cloned() else {
+            return;
+        };
+        if c.stage != Stage::Handshaking || self.ed2k.peer(conn).is_none() {
+            return;
+        }
+        if !self.cfg.global.admit_peer(&self.counts) {
+            self.forget_conn(conn, now, None);
+            self.events.push_back(SessionEvent::Close {
+                conn,
+                reason: Refused::Full.to_string(),
+            });
+            return;
+        }
+        self.move_stage(conn, &c, Stage::Peer);
     }
 
     /// The runtime wrote this many bytes of a connection's queue.

@@ -132,6 +132,7 @@ impl Session {
         ccfg.seed = cfg.seed ^ 0xed2c;
         ccfg.upload_slots = cfg.ed2k_upload_slots;
         ccfg.accept_compressed = cfg.ed2k_accept_compressed;
+        ccfg.hello_timeout = cfg.ed2k_hello_timeout;
         if let Some(m) = cfg.max_requests {
             ccfg.max_requests = m;
         }
@@ -166,6 +167,25 @@ impl Session {
     /// The configuration.
     pub fn config(&self) -> &SessionConfig {
         &self.cfg
+    }
+
+    /// Most block data a protocol core queues for one connection of
+    /// `proto` before it stops serving it: its upload watermark plus the
+    /// one read that may cross it (0 for a server, which gets no blocks).
+    /// A runtime bounds each connection's write queue a little above this
+    /// and drops a peer that lets it fill: that peer does not read.
+    pub fn upload_bound(&self, proto: Proto) -> u64 {
+        match proto {
+            Proto::Bt => {
+                let t = TorrentConfig::new(self.cfg.peer_id);
+                t.upload_watermark + u64::from(t.max_read)
+            }
+            Proto::Ed2k => {
+                let c = self.ed2k.config();
+                c.upload_watermark + u64::from(c.max_read)
+            }
+            Proto::Ed2kServer => 0,
+        }
     }
 
     fn new_id(&mut self) -> TransferId {

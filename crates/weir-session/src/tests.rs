@@ -483,6 +483,8 @@ fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
         .unwrap();
     s.established(ed, Established::Ed2k { local_ip: None }, now)
         .unwrap();
+    // A peer once its hello came.
+    s.ed2k_packets(ed, vec![ed2k_hello(9)], now);
     let good = s.incoming(Proto::Bt, peer(3), now).unwrap();
     s.established(
         good,
@@ -508,4 +510,74 @@ fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
     assert_eq!(closed, [(bt, why.clone()), (ed, why)]);
     assert_eq!(s.counts().peers, 1);
     assert_eq!(s.conn_transfer(good), Some(TransferId(1)));
+}
+
+fn ed2k_hello(who: u8) -> weir_ed2k::packet::Packet {
+    let hello =
+        weir_ed2k::client::OwnHello::weir("peer", 0, false).hello(Md4Hash([who; 16]), 1, 4662);
+    let mut b = bytes::BytesMut::new();
+    weir_ed2k::client::ClientMessage::Hello(hello).encode(&mut b);
+    weir_ed2k::packet::Decoder::new(weir_ed2k::packet::Limits::CLIENT)
+        .decode(&mut b)
+        .unwrap()
+        .unwrap()
+}
+
+fn closes(s: &mut Session) -> Vec<(ConnId, String)> {
+    std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SessionEvent::Close { conn, reason } => Some((conn, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn accepted_ed2k_connections_are_handshakes_until_their_hello() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    // Four connections that send nothing (three handshakes at most).
+    let conns: Vec<ConnId> = (0..4)
+        .map(|i| {
+            let c = s.incoming(Proto::Ed2k, peer(20 + i), now).unwrap();
+            s.established(c, Established::Ed2k { local_ip: None }, now)
+                .unwrap();
+            c
+        })
+        .collect();
+    // The oldest gave way to the fourth.
+    let closed: Vec<ConnId> = closes(&mut s).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(closed, [conns[0]]);
+    let c = s.counts();
+    assert_eq!((c.handshaking, c.peers), (3, 0));
+    // A hello makes a peer of it.
+    s.ed2k_packets(conns[1], vec![ed2k_hello(7)], now);
+    assert!(closes(&mut s).is_empty());
+    let c = s.counts();
+    assert_eq!((c.handshaking, c.peers), (2, 1));
+    // The others are closed at the hello timeout, not before.
+    let timeout = s.config().ed2k_hello_timeout;
+    let mut t = now;
+    let mut closed = Vec::new();
+    while t < now + timeout * 2 {
+        t = s
+            .poll_timeout()
+            .unwrap_or(t + Duration::from_secs(1))
+            .max(t + Duration::from_millis(100));
+        s.handle_timeout(t);
+        for (conn, why) in closes(&mut s) {
+            closed.push((conn, why, t - now));
+        }
+    }
+    assert_eq!(closed.len(), 2, "{closed:?}");
+    for (conn, why, at) in &closed {
+        assert!([conns[2], conns[3]].contains(conn), "{closed:?}");
+        assert_eq!(why, "no hello");
+        assert!(
+            *at > timeout && *at <= timeout + Duration::from_secs(2),
+            "closed after {at:?}"
+        );
+    }
+    let c = s.counts();
+    assert_eq!((c.handshaking, c.peers), (0, 1));
 }

@@ -690,7 +690,28 @@ impl Client {
 
     /// A framed packet from a peer.
     pub fn handle_packet(&mut self, conn: ConnId, pkt: Packet, now: Instant) {
+        self.handle_packets(conn, [pkt], now);
+    }
+
+    /// Framed packets from a peer, in order (what one read brought): each
+    /// handled as by [`Client::handle_packet`], their output flushed once.
+    /// A flood of a peer's smallest packets (6-byte PUBLICIP_REQ, each
+    /// answered) then costs one write of all the answers, not one write
+    /// (and one pass over every file) per answer.
+    pub fn handle_packets(
+        &mut self,
+        conn: ConnId,
+        pkts: impl IntoIterator<Item = Packet>,
+        now: Instant,
+    ) {
         self.now = Some(now);
+        for pkt in pkts {
+            self.handle_one(conn, pkt, now);
+        }
+        self.flush();
+    }
+
+    fn handle_one(&mut self, conn: ConnId, pkt: Packet, now: Instant) {
         let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) else {
             return;
         };
@@ -700,7 +721,6 @@ impl Client {
             Err(e) => return self.fail(conn, e.to_string()),
         };
         self.handle_message(conn, msg, now);
-        self.flush();
     }
 
     fn handle_message(&mut self, conn: ConnId, msg: ClientMessage, now: Instant) {

@@ -24,9 +24,10 @@ use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summar
 use crate::peerconn::{self, ConnEvent, Outgoing, QueueError, WriteQueue};
 use crate::storage::{self, DiskStorage, Opened, TransferSpec};
 
-/// Bytes one connection may have queued and not written before it is
-/// dropped for not reading (the core's own upload watermark is 4-8 MiB).
-const WRITE_LIMIT: u64 = 16 << 20;
+/// Bytes of control messages one connection may have queued besides the
+/// block data its core bounds (`Session::upload_bound`) before it is
+/// dropped for not reading.
+const CONTROL_ROOM: u64 = 1 << 20;
 /// Bytes an eD2k server connection may have queued.
 const SERVER_WRITE_LIMIT: u64 = 4 << 20;
 
@@ -381,7 +382,7 @@ impl Driver {
         let limit = if proto == Proto::Ed2kServer {
             SERVER_WRITE_LIMIT
         } else {
-            WRITE_LIMIT
+            self.session.upload_bound(proto) + CONTROL_ROOM
         };
         let (writer, wrx) = peerconn::write_queue(limit);
         let (down, up) = if proto == Proto::Ed2kServer {

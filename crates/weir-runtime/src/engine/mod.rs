@@ -243,6 +243,9 @@ impl Engine {
         let ed2k_addr = ed2k.as_ref().and_then(|l| l.local_addr().ok());
         cfg.session.bt_port = bt_addr.map(|a| a.port());
         cfg.session.ed2k_port = ed2k_addr.map_or(0, |a| a.port());
+        // The session sees an accepted eD2k connection's handshake (its
+        // hello): the same timeout as every other handshake.
+        cfg.session.ed2k_hello_timeout = cfg.handshake_timeout;
         if let Some(h) = &cfg.ed2k_user_hash {
             cfg.session.user_hash = h.for_port(cfg.session.ed2k_port);
         }

@@ -27,7 +27,9 @@
 //!
 //! Options (`--set`): `seeder` (default `lt-hps`), `source_mb` (10),
 //! `cap_mb` (20), `mixed_mib` (file size of part 2, default `--size-mib`),
-//! `steady_from_s` (1.0), `sample_ms` (100), `parts` (`1,2`);
+//! `steady_from_s` (1.0), `sample_ms` (100), `parts` (`1,2`),
+//! `link_first` (false: part 2 runs `weir get TORRENT LINK`; true: `weir
+//! get LINK TORRENT`);
 //! `--size-mib` (256), `--runs` (3).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -55,6 +57,7 @@ pub const KEYS: &[&str] = &[
     "steady_from_s",
     "sample_ms",
     "parts",
+    "link_first",
 ];
 
 /// Part 1: the capped libtorrent seeder and the capped eD2k seeder.
@@ -330,6 +333,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let cap_mb: f64 = cfg.get_or("cap_mb", 20.0)?;
     let from: f64 = cfg.get_or("steady_from_s", 1.0)?;
     let every = Duration::from_millis(cfg.get_or("sample_ms", 100u64)?.max(10));
+    let link_first: bool = cfg.get_or("link_first", false)?;
     if !(source_mb > 0.0 && cap_mb > 0.0 && from >= 0.0) || mixed == 0 {
         bail!("source_mb, cap_mb and mixed_mib must be positive, steady_from_s >= 0");
     }
@@ -405,7 +409,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             let labels = [PART2, BOTH];
             let r = part2_run(
                 &s,
-                &[torrent.clone(), link.clone()],
+                &if link_first {
+                    [link.clone(), torrent.clone()]
+                } else {
+                    [torrent.clone(), link.clone()]
+                },
                 port,
                 cap,
                 from,
@@ -437,10 +445,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     ));
     rep.note("part 1 alone runs `weir get T` on the one-torrent driver (weir_runtime::bt); with the link, `weir get T LINK` runs on the engine (weir_runtime::engine): the ratio compares the two paths as a user meets them");
     rep.note(&format!(
-        "part 2: a torrent ({} MiB, unlimited {}) and an ed2k link of another file ({} MiB, unlimited `weir seed --ed2k`) in one `weir get --max-down {cap}`; MB/s and BT %: over the steady part, from t = {from} s after the leecher started until 0.3 s before the first of the two transfers completes (weir's own time); s: until both are complete (the later summary line)",
+        "part 2: a torrent ({} MiB, unlimited {}) and an ed2k link of another file ({} MiB, unlimited `weir seed --ed2k`) in one `weir get {} --max-down {cap}`; MB/s and BT %: over the steady part, from t = {from} s after the leecher started until 0.3 s before the first of the two transfers completes (weir's own time); s: until both are complete (the later summary line)",
         mixed >> 20,
         seeder.name(),
-        mixed >> 20
+        mixed >> 20,
+        if link_first { "LINK T" } else { "T LINK" }
     ));
     rep.note(&format!(
         "BT MB / eD2k MB: payload bytes per network over the whole run, from weir's summary lines (part 1 alone: the whole file over BitTorrent); BT %: BitTorrent's share of them in part 1, of the steady part's wire bytes in part 2; wire bytes and part 2's rates: the kernel's bytes_received on the leecher's sockets to each seeder's IP (ss, protocol overhead included), sampled every {} ms (the last samples before a socket closes miss up to one interval)",

@@ -452,7 +452,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         if link_first { "LINK T" } else { "T LINK" }
     ));
     rep.note(&format!(
-        "BT MB / eD2k MB: payload bytes per network over the whole run, from weir's summary lines (part 1 alone: the whole file over BitTorrent); BT %: BitTorrent's share of them in part 1, of the steady part's wire bytes in part 2; wire bytes and part 2's rates: the kernel's bytes_received on the leecher's sockets to each seeder's IP (ss, protocol overhead included), sampled every {} ms (the last samples before a socket closes miss up to one interval)",
+        "BT MB / eD2k MB: payload bytes per network over the whole run, from weir's summary lines (part 1 alone: the whole file over BitTorrent); BT %: BitTorrent's share of them in part 1, of the steady part's wire bytes in part 2; wire bytes and part 2's rates: the kernel's bytes_received on the leecher's sockets to each seeder's IP (ss, protocol overhead included), sampled every {} ms; a socket's bytes after its last sample before it closes are not counted, and libtorrent's capped upload comes in bursts of up to ~9 MB about once a second, so part 1's wire totals can fall short of the payload by up to a burst",
         every.as_millis()
     ));
     target_notes(&mut rep, cap_mb);

@@ -314,7 +314,20 @@ pub fn run_weir(
 ) -> anyhow::Result<WeirRun> {
     let mut c = weir_in(cfg, ns);
     c.args(args);
-    let mut p = Proc::spawn_logged(name, &mut c, log_dir)?;
+    run_weir_cmd(&mut c, name, log_dir, stop_after, timeout)
+}
+
+/// [`run_weir`] for a command the caller built (e.g. with [`weir_in`] and
+/// extra environment): spawned logged to `log_dir`, stopped at
+/// `stop_after` or waited for at most `timeout`, its stderr read back.
+pub fn run_weir_cmd(
+    c: &mut std::process::Command,
+    name: &str,
+    log_dir: &Path,
+    stop_after: Option<Duration>,
+    timeout: Duration,
+) -> anyhow::Result<WeirRun> {
+    let mut p = Proc::spawn_logged(name, c, log_dir)?;
     let limit = stop_after.unwrap_or(timeout).min(timeout);
     let (status, usage) = match p.wait_timeout(limit)? {
         Some((st, u)) => (Some(st), u),
@@ -559,11 +572,13 @@ impl RxTotals {
         }
     }
 
-    /// Bytes received so far, summed over sockets connected to `peer`.
+    /// Bytes received so far, summed over sockets connected to `peer`
+    /// (port 0: to any port of its IP, e.g. a peer that dials in from
+    /// ephemeral ports as well as being dialled).
     pub fn to_peer(&self, peer: SocketAddr) -> u64 {
         self.last
             .iter()
-            .filter(|((_, p), _)| *p == peer)
+            .filter(|((_, p), _)| *p == peer || (peer.port() == 0 && p.ip() == peer.ip()))
             .map(|(_, v)| v)
             .sum()
     }
@@ -782,6 +797,15 @@ mod tests {
         }]);
         assert_eq!(t.to_peer(emu), 1_048_586);
         assert_eq!(t.to_peer("127.0.0.9:1".parse().unwrap()), 0);
+        // Port 0: every socket to that IP, whatever its port.
+        t.update(&[SockRx {
+            local: "127.0.0.1:43998".parse().unwrap(),
+            peer: "127.0.0.4:7001".parse().unwrap(),
+            rx: 5,
+        }]);
+        assert_eq!(t.to_peer(emu), 1_048_586);
+        assert_eq!(t.to_peer("127.0.0.4:0".parse().unwrap()), 1_048_591);
+        assert_eq!(t.to_peer("127.0.0.5:0".parse().unwrap()), 0);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod common;
 pub mod daemon;
 pub mod ed2k;
 pub mod killsuite;
+pub mod multi;
 pub mod ramp;
 pub mod report;
 pub mod rtt;
@@ -40,7 +41,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 9] = [
     "bt-single",
     "ramp",
     "cap",
@@ -49,6 +50,7 @@ pub const SCENARIOS: [&str; 8] = [
     "ed2k",
     "daemon",
     "killsuite",
+    "multi",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -62,6 +64,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "ed2k" => ed2k::run(cfg),
         "daemon" => daemon::run(cfg),
         "killsuite" => killsuite::run(cfg),
+        "multi" => multi::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -259,11 +259,7 @@ impl Driver {
         }
         self.shutdown().await;
         let now = Instant::now();
-        let transfers: Vec<TransferInfo> = self
-            .session
-            .transfer_ids()
-            .filter_map(|id| self.session.info(id, now))
-            .collect();
+        let transfers = self.infos(now);
         if let Some(e) = self.fatal.take() {
             return Err(e);
         }
@@ -747,12 +743,7 @@ impl Driver {
                 let _ = reply.send(ok);
             }
             Command::Snapshot(reply) => {
-                let all = self
-                    .session
-                    .transfer_ids()
-                    .filter_map(|id| self.session.info(id, now))
-                    .collect();
-                let _ = reply.send(all);
+                let _ = reply.send(self.infos(now));
             }
             Command::StartAccepting => self.start_accepting(),
             Command::Stop => self.stopping = true,
@@ -888,13 +879,23 @@ impl Driver {
         }
     }
 
-    fn publish(&mut self, done: bool) {
-        let now = Instant::now();
-        let transfers: Vec<TransferInfo> = self
-            .session
+    /// Every transfer now, with what only the storage knows.
+    fn infos(&self, now: Instant) -> Vec<TransferInfo> {
+        self.session
             .transfer_ids()
             .filter_map(|id| self.session.info(id, now))
-            .collect();
+            .map(|mut t| {
+                if let Some(Store::Running(d)) = self.stores.get(&t.id) {
+                    t.disk_full = d.disk_full();
+                }
+                t
+            })
+            .collect()
+    }
+
+    fn publish(&mut self, done: bool) {
+        let now = Instant::now();
+        let transfers = self.infos(now);
         for t in &transfers {
             if let Some(a) = self.announcers.get(&t.id) {
                 a.standing.send_if_modified(|s| {

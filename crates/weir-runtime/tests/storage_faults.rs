@@ -325,8 +325,11 @@ async fn a_download_paused_by_a_full_disk_still_stops() {
         .await;
     // Let the network fill the backlog too (the driver stops reading
     // connections above it): a stop must be heard all the same.
+    let root = fs.path().to_path_buf();
     leech
-        .wait_for("the backlog to fill", |t| t.downloaded.0 >= 24 << 20)
+        .wait_for("the backlog to fill", |t| {
+            t.downloaded.0 >= used_bytes(&root) + BACKLOG_LIMIT
+        })
         .await;
     let t = leech
         .stop("a download paused by a full disk")

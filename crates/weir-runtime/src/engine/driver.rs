@@ -122,7 +122,11 @@ enum Store {
 struct Driver {
     cfg: EngineConfig,
     session: Session,
+    /// Everything but what connections read: always heard.
     tx: mpsc::Sender<Msg>,
+    /// What connections' readers decode: left unread while storage is
+    /// behind (see `run`), so the peers' data waits in their sockets.
+    data_tx: mpsc::Sender<Msg>,
     storage_tx: mpsc::UnboundedSender<(TransferId, StorageEvent)>,
     conns: HashMap<ConnId, ConnState>,
     /// Dials and handshakes in progress.
@@ -153,6 +157,9 @@ pub(super) fn spawn(
 ) {
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind the readers must stop soon after the driver does.
+    let (data_tx, data_rx) = mpsc::channel::<Msg>(64);
+    // Commands, handshakes, storage openings, writers' reports: never
+    // held back by the storage backlog (a stop is heard on a full disk).
     let (tx, rx) = mpsc::channel::<Msg>(64);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
     let (progress, progress_rx) = watch::channel(Snapshot::default());
@@ -165,6 +172,7 @@ pub(super) fn spawn(
         cfg,
         session,
         tx: tx.clone(),
+        data_tx,
         storage_tx,
         conns: HashMap::new(),
         pending: HashMap::new(),
@@ -183,7 +191,7 @@ pub(super) fn spawn(
     if driver.cfg.accept_at_start {
         driver.start_accepting();
     }
-    let task = tokio::spawn(driver.run(rx, storage_rx));
+    let task = tokio::spawn(driver.run(rx, data_rx, storage_rx));
     (tx, progress_rx, task)
 }
 
@@ -214,6 +222,7 @@ impl Driver {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Msg>,
+        mut data_rx: mpsc::Receiver<Msg>,
         mut storage_rx: mpsc::UnboundedReceiver<(TransferId, StorageEvent)>,
     ) -> Result<Summary, EngineError> {
         let mut report = tokio::time::interval(self.cfg.report_every);
@@ -230,9 +239,10 @@ impl Driver {
                 .session
                 .poll_timeout()
                 .map(tokio::time::Instant::from_std);
-            // Hashing or the disk behind the network: leave the peers'
-            // messages unread (TCP then slows them) until the workers catch
-            // up; each piece they finish wakes this loop.
+            // Hashing or the disk behind the network (or full): leave the
+            // peers' messages unread (TCP then slows them) until the
+            // workers catch up; each piece they finish wakes this loop.
+            // Everything else is still heard.
             let backlogged = self.backlog() > storage::BACKLOG_LIMIT;
             tokio::select! {
                 biased;
@@ -243,7 +253,7 @@ impl Driver {
                         self.session.storage(t, ev, now);
                     }
                 }
-                m = rx.recv(), if !backlogged => match m {
+                m = rx.recv() => match m {
                     Some(Msg::Command(Command::Stop)) | None => self.stopping = true,
                     Some(m) => {
                         if matches!(m, Msg::Command(Command::AddTorrent(..) | Command::AddEd2k(..) | Command::Share(..))) {
@@ -252,6 +262,7 @@ impl Driver {
                         self.handle(m);
                     }
                 },
+                Some(m) = data_rx.recv(), if !backlogged => self.handle(m),
                 _ = sleep_until(deadline) => self.session.handle_timeout(Instant::now()),
                 _ = report.tick() => self.publish(false),
             }
@@ -395,7 +406,7 @@ impl Driver {
                 leftover,
                 BtDecoder(BtLimits::new(pieces.unwrap_or(0))),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
             Proto::Ed2k => tokio::spawn(peerconn::reader(
                 conn,
@@ -403,7 +414,7 @@ impl Driver {
                 leftover,
                 Ed2kDecoder::peer(),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
             Proto::Ed2kServer => tokio::spawn(peerconn::reader(
                 conn,
@@ -411,7 +422,7 @@ impl Driver {
                 BytesMut::with_capacity(64 << 10),
                 Ed2kDecoder::server(),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
         };
         let writer_task = tokio::spawn(peerconn::writer::<Wire, Msg>(

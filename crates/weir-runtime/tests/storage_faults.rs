@@ -1,7 +1,8 @@
 //! Storage under real faults, weir to weir over 127.0.0.1 in one process,
 //! each side an engine (`weir_runtime::engine`, what `weir get` and `weir
-//! seed` run): a full disk (a small tmpfs: ENOSPC) pauses a download, bounds
-//! what it holds in memory, and resumes it when space returns; a file
+//! seed` run): a full disk (a small tmpfs: ENOSPC) pauses a download
+//! (BitTorrent or eD2k), bounds what it holds in memory, still obeys a stop,
+//! and resumes when space returns; a file
 //! truncated under a seeder, and a filesystem failing under it (ext4 shut
 //! down: EIO), stop the lost pieces being offered instead of failing the
 //! seeder; `recheck` finds a corrupted byte the journal cannot know about.
@@ -20,11 +21,14 @@ use weir_bt::create::{TorrentBuilder, hash_pieces};
 use weir_bt::metainfo::Metainfo;
 use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
+use weir_ed2k::hash::Ed2kHasher;
+use weir_ed2k::link::FileLink;
 use weir_lab::mounts::{self, Ext4, Tmpfs};
 use weir_lab::tmpdir::TempDir;
 use weir_runtime::bandwidth::{Limiter, bucket};
 use weir_runtime::engine::{
-    Engine, EngineConfig, EngineError, EngineHandle, Snapshot, Summary, TorrentSource,
+    Ed2kSource, Engine, EngineConfig, EngineError, EngineHandle, SharedSource, Snapshot, Summary,
+    TorrentSource,
 };
 use weir_runtime::storage::{BACKLOG_LIMIT, OpenError, OpenOptions};
 use weir_session::{Phase, SessionConfig, TransferId, TransferInfo};
@@ -150,13 +154,15 @@ impl Node {
 
 /// An engine on 127.0.0.1 without trackers, `keep_running` for a seeder.
 async fn engine(keep_running: bool, down: u64) -> Engine {
-    let session = SessionConfig::new(
-        NetPolicy::loopback(),
-        weir_runtime::bt::new_peer_id(),
-        Md4Hash([7; 16]),
-    );
+    // A user hash of its own: two eD2k engines of one process must not
+    // take each other for themselves.
+    let peer_id = weir_runtime::bt::new_peer_id();
+    let mut uh = [0u8; 16];
+    uh.copy_from_slice(&peer_id[4..]);
+    let session = SessionConfig::new(NetPolicy::loopback(), peer_id, Md4Hash(uh));
     let mut cfg = EngineConfig::new(session);
     cfg.bt_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.ed2k_listen = Some("127.0.0.1:0".parse().unwrap());
     cfg.use_trackers = false;
     cfg.keep_running = keep_running;
     cfg.report_every = Duration::from_millis(50);
@@ -164,6 +170,18 @@ async fn engine(keep_running: bool, down: u64) -> Engine {
         cfg.down = Limiter::new(vec![bucket(down)]);
     }
     Engine::start(cfg).await.unwrap()
+}
+
+impl Node {
+    fn of(e: Engine, id: TransferId, addr: SocketAddr) -> Node {
+        Node {
+            handle: e.handle(),
+            progress: e.progress(),
+            addr,
+            id,
+            task: tokio::spawn(e.wait()),
+        }
+    }
 }
 
 async fn add(
@@ -184,13 +202,8 @@ async fn add(
             paused: false,
         })
         .await?;
-    Ok(Node {
-        handle: e.handle(),
-        progress: e.progress(),
-        addr: e.bt_addr.unwrap(),
-        id,
-        task: tokio::spawn(e.wait()),
-    })
+    let addr = e.bt_addr.unwrap();
+    Ok(Node::of(e, id, addr))
 }
 
 /// `weir seed`: what is in `dir`, read-only, kept running.
@@ -480,4 +493,87 @@ async fn recheck_finds_a_corrupted_byte_and_fetches_it_again() {
     );
     assert!(std::fs::read(&path).unwrap() == data);
     seed.stop("the seeder").await.unwrap();
+}
+
+/// eD2k too: a full disk pauses a download of a shared file (MD4 parts,
+/// 256 KiB runs), what it holds stays bounded, and it resumes and completes
+/// when space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_pauses_an_ed2k_download_and_it_resumes() {
+    logs();
+    if !mounts::available(false).unwrap() {
+        return;
+    }
+    let src = TempDir::new("enospc-ed2k-src").unwrap();
+    let data = payload(48 << 20, 26);
+    let path = src.path().join("e.bin");
+    std::fs::write(&path, &data).unwrap();
+    let mut h = Ed2kHasher::new();
+    h.update(&data);
+    let hashes = h.finish();
+    let e = engine(true, 0).await;
+    let seed_addr = e.ed2k_addr.unwrap();
+    let id = e
+        .share(SharedSource {
+            path: path.clone(),
+            hashes: hashes.clone(),
+        })
+        .await
+        .unwrap();
+    let mut seed = Node::of(e, id, seed_addr);
+    seed.wait_for("the share to be ready", |t| t.phase == Phase::Seeding)
+        .await;
+    let link = FileLink {
+        name: "e.bin".into(),
+        size: hashes.size,
+        hash: hashes.file_hash,
+        aich: None,
+        part_hashes: None,
+        sources: Vec::new(),
+    };
+    let fs = Tmpfs::mount(16 << 20).unwrap();
+    let dl = fs.path().join("dl");
+    let e = engine(false, 0).await;
+    let addr = e.ed2k_addr.unwrap();
+    let id = e
+        .add_ed2k(Ed2kSource {
+            link,
+            dir: dl.clone(),
+            open: no_space_check(),
+            peers: vec![seed_addr],
+            seed: false,
+        })
+        .await
+        .unwrap();
+    let mut leech = Node::of(e, id, addr);
+    leech
+        .wait_for("the disk to fill", |t| t.disk_full.is_some())
+        .await;
+    wait_logged(&["disk full:", &format!("at {}", dl.display())]).await;
+    let t0 = Instant::now();
+    let mut held_max = 0u64;
+    while t0.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = leech.info();
+        assert!(t.disk_full.is_some(), "no longer paused with the disk full");
+        held_max = held_max.max(t.downloaded.1.saturating_sub(used_bytes(fs.path())));
+    }
+    eprintln!("eD2k: held beyond the disk while full: {held_max} bytes");
+    assert!(
+        held_max <= BACKLOG_LIMIT + (8 << 20),
+        "held {held_max} bytes beyond the disk's"
+    );
+    assert!(held_max >= 1 << 20, "held only {held_max}");
+    fs.resize(128 << 20).unwrap();
+    let t = leech.finish("completion").await;
+    assert!(t.complete_at.is_some());
+    assert_eq!(t.disk_full, None);
+    let n = data.len() as u64;
+    assert!(
+        t.downloaded.1 >= n && t.downloaded.1 <= n + n / 100,
+        "downloaded {} for {n}",
+        t.downloaded.1
+    );
+    assert!(std::fs::read(dl.join("e.bin")).unwrap() == data);
+    seed.stop("the eD2k seeder").await.unwrap();
 }

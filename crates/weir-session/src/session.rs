@@ -560,6 +560,7 @@ impl Session {
             added_at: t.added_at,
             complete_at: t.complete_at,
             error: t.failed.clone(),
+            disk_full: None,
         };
         if let Some(b) = &t.bt {
             let s = b.torrent.stats(now);

@@ -135,4 +135,8 @@ pub struct TransferInfo {
     pub complete_at: Option<Instant>,
     /// Why it failed.
     pub error: Option<String>,
+    /// `Some(free bytes)` while its writes wait for the disk to have space
+    /// (the download is paused, not failed). The session does no I/O and
+    /// leaves this `None`; the runtime that owns the storage fills it in.
+    pub disk_full: Option<u64>,
 }

@@ -123,7 +123,11 @@ enum Store {
 struct Driver {
     cfg: EngineConfig,
     session: Session,
+    /// Everything but what connections read: always heard.
     tx: mpsc::Sender<Msg>,
+    /// What connections' readers decode: left unread while storage is
+    /// behind (see `run`), so the peers' data waits in their sockets.
+    data_tx: mpsc::Sender<Msg>,
     storage_tx: mpsc::UnboundedSender<(TransferId, StorageEvent)>,
     conns: HashMap<ConnId, ConnState>,
     /// Dials and handshakes in progress.
@@ -154,6 +158,9 @@ pub(super) fn spawn(
 ) {
     // Small: each message may carry a 512 KiB read, and while storage is
     // behind the readers must stop soon after the driver does.
+    let (data_tx, data_rx) = mpsc::channel::<Msg>(64);
+    // Commands, handshakes, storage openings, writers' reports: never
+    // held back by the storage backlog (a stop is heard on a full disk).
     let (tx, rx) = mpsc::channel::<Msg>(64);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
     let (progress, progress_rx) = watch::channel(Snapshot::default());
@@ -166,6 +173,7 @@ pub(super) fn spawn(
         cfg,
         session,
         tx: tx.clone(),
+        data_tx,
         storage_tx,
         conns: HashMap::new(),
         pending: HashMap::new(),
@@ -184,7 +192,7 @@ pub(super) fn spawn(
     if driver.cfg.accept_at_start {
         driver.start_accepting();
     }
-    let task = tokio::spawn(driver.run(rx, storage_rx));
+    let task = tokio::spawn(driver.run(rx, data_rx, storage_rx));
     (tx, progress_rx, task)
 }
 
@@ -215,6 +223,7 @@ impl Driver {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Msg>,
+        mut data_rx: mpsc::Receiver<Msg>,
         mut storage_rx: mpsc::UnboundedReceiver<(TransferId, StorageEvent)>,
     ) -> Result<Summary, EngineError> {
         let mut report = tokio::time::interval(self.cfg.report_every);
@@ -231,9 +240,10 @@ impl Driver {
                 .session
                 .poll_timeout()
                 .map(tokio::time::Instant::from_std);
-            // Hashing or the disk behind the network: leave the peers'
-            // messages unread (TCP then slows them) until the workers catch
-            // up; each piece they finish wakes this loop.
+            // Hashing or the disk behind the network (or full): leave the
+            // peers' messages unread (TCP then slows them) until the
+            // workers catch up; each piece they finish wakes this loop.
+            // Everything else is still heard.
             let backlogged = self.backlog() > storage::BACKLOG_LIMIT;
             tokio::select! {
                 biased;
@@ -244,7 +254,7 @@ impl Driver {
                         self.session.storage(t, ev, now);
                     }
                 }
-                m = rx.recv(), if !backlogged => match m {
+                m = rx.recv() => match m {
                     Some(Msg::Command(Command::Stop)) | None => self.stopping = true,
                     Some(m) => {
                         if matches!(m, Msg::Command(Command::AddTorrent(..) | Command::AddEd2k(..) | Command::Share(..))) {
@@ -253,6 +263,7 @@ impl Driver {
                         self.handle(m);
                     }
                 },
+                Some(m) = data_rx.recv(), if !backlogged => self.handle(m),
                 _ = sleep_until(deadline) => self.session.handle_timeout(Instant::now()),
                 _ = report.tick() => self.publish(false),
             }
@@ -260,11 +271,7 @@ impl Driver {
         }
         self.shutdown().await;
         let now = Instant::now();
-        let transfers: Vec<TransferInfo> = self
-            .session
-            .transfer_ids()
-            .filter_map(|id| self.session.info(id, now))
-            .collect();
+        let transfers = self.infos(now);
         if let Some(e) = self.fatal.take() {
             return Err(e);
         }
@@ -400,7 +407,7 @@ impl Driver {
                 leftover,
                 BtDecoder(BtLimits::new(pieces.unwrap_or(0))),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
             Proto::Ed2k => tokio::spawn(peerconn::reader(
                 conn,
@@ -408,7 +415,7 @@ impl Driver {
                 leftover,
                 Ed2kDecoder::peer(),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
             Proto::Ed2kServer => tokio::spawn(peerconn::reader(
                 conn,
@@ -416,7 +423,7 @@ impl Driver {
                 BytesMut::with_capacity(64 << 10),
                 Ed2kDecoder::server(),
                 down,
-                self.tx.clone(),
+                self.data_tx.clone(),
             )),
         };
         let writer_task = tokio::spawn(peerconn::writer::<Wire, Msg>(
@@ -748,12 +755,7 @@ impl Driver {
                 let _ = reply.send(ok);
             }
             Command::Snapshot(reply) => {
-                let all = self
-                    .session
-                    .transfer_ids()
-                    .filter_map(|id| self.session.info(id, now))
-                    .collect();
-                let _ = reply.send(all);
+                let _ = reply.send(self.infos(now));
             }
             Command::StartAccepting => self.start_accepting(),
             Command::Stop => self.stopping = true,
@@ -889,13 +891,23 @@ impl Driver {
         }
     }
 
-    fn publish(&mut self, done: bool) {
-        let now = Instant::now();
-        let transfers: Vec<TransferInfo> = self
-            .session
+    /// Every transfer now, with what only the storage knows.
+    fn infos(&self, now: Instant) -> Vec<TransferInfo> {
+        self.session
             .transfer_ids()
             .filter_map(|id| self.session.info(id, now))
-            .collect();
+            .map(|mut t| {
+                if let Some(Store::Running(d)) = self.stores.get(&t.id) {
+                    t.disk_full = d.disk_full();
+                }
+                t
+            })
+            .collect()
+    }
+
+    fn publish(&mut self, done: bool) {
+        let now = Instant::now();
+        let transfers = self.infos(now);
         for t in &transfers {
             if let Some(a) = self.announcers.get(&t.id) {
                 a.standing.send_if_modified(|s| {

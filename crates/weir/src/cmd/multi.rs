@@ -396,6 +396,8 @@ fn sample(t: &TransferInfo) -> Sample {
         peers: t.peers,
         phase: match t.phase {
             Phase::Checking => "checking",
+            // Paused by the disk, not failed: it goes on when space returns.
+            Phase::Downloading if t.disk_full.is_some() => "disk full, waiting for space",
             Phase::Downloading => "downloading",
             Phase::Seeding => "seeding",
             Phase::Paused => "paused",

@@ -1,0 +1,908 @@
+//! [`EngineBackend`]: the daemon's [`Backend`] over the engine
+//! (`weir_runtime::engine`), every transfer of every protocol in its one
+//! session, with crash-safe state ([`state`]).
+//!
+//! - RPC ids are the daemon's own, kept in the state file: stable across
+//!   restarts, never reused. Each maps to the engine's transfer once its
+//!   storage is open.
+//! - `torrent-add` keeps a copy of the .torrent in the state directory and
+//!   writes the state durably before it answers; the engine then opens the
+//!   storage in the background (data already on disk is checked there) and
+//!   the transfer reads as verifying meanwhile.
+//! - At start every transfer of the state comes back (paused ones paused);
+//!   the storage journals say which pieces are verified.
+//! - Session caps are shared token buckets the engine's connections obey:
+//!   `session-set` (and the daemon's config reload) change their rates.
+
+pub mod state;
+mod view;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use weir_bt::metainfo::Metainfo;
+use weir_core::policy::NetPolicy;
+use weir_ed2k::link::FileLink;
+use weir_runtime::bandwidth::SharedBucket;
+use weir_runtime::engine::{DataPaths, Ed2kSource, EngineHandle, TorrentSource};
+use weir_runtime::storage::OpenOptions;
+use weir_session::TransferInfo;
+
+use crate::backend::*;
+use crate::disk::free_space_of;
+use crate::sources::{MAX_TORRENT, Parsed, of_link, of_metainfo, parse_ed2k, parse_metainfo};
+use state::{Record, RecordSource, SavedCaps, State, StateDir, StateError};
+use view::Absent;
+
+/// The engine's name for a transfer.
+type EngineId = weir_session::TransferId;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// How the backend runs.
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    /// The state directory (`--state`).
+    pub state_dir: PathBuf,
+    /// The default download directory (`--download-dir`), absolute.
+    pub download_dir: PathBuf,
+    /// The port BitTorrent peers reach us on (0: not listening).
+    pub peer_port: u16,
+    /// Where URL fetches may go.
+    pub policy: NetPolicy,
+    /// The engine's global download bucket (its rate is the session cap).
+    pub down: Arc<SharedBucket>,
+    /// The engine's global upload bucket.
+    pub up: Arc<SharedBucket>,
+}
+
+/// What a transfer is made of.
+#[derive(Clone, Debug)]
+enum Content {
+    Torrent(Arc<Metainfo>),
+    Ed2k(FileLink),
+}
+
+impl Content {
+    fn paths(&self, dir: &Path) -> DataPaths {
+        match self {
+            Content::Torrent(m) => DataPaths::torrent(m, dir),
+            Content::Ed2k(l) => DataPaths::ed2k(l, dir),
+        }
+    }
+}
+
+/// One transfer of the daemon.
+pub(crate) struct Entry {
+    record: Record,
+    content: Content,
+    /// What the content says (name, sizes, pieces, link), id and directory
+    /// set.
+    base: Arc<TransferView>,
+    files: Vec<FileView>,
+    trackers: Vec<TrackerView>,
+    engine_id: Option<EngineId>,
+    /// Its storage is being opened.
+    adding: bool,
+    /// The engine refused it.
+    failed: Option<Arc<str>>,
+    started: Option<u64>,
+    edited: u64,
+}
+
+/// A transfer removed while its storage was being opened: removed from the
+/// engine once the add completes.
+struct Orphan {
+    paths: DataPaths,
+    delete: bool,
+}
+
+struct Inner {
+    settings: SessionSettings,
+    entries: BTreeMap<TransferId, Entry>,
+    by_hash: HashMap<TransferHash, TransferId>,
+    orphans: HashMap<TransferId, Orphan>,
+    removed: Vec<(TransferId, u64)>,
+    next_id: TransferId,
+    caps: SavedCaps,
+    started: u64,
+    files_added: u64,
+}
+
+impl Inner {
+    fn to_state(&self) -> State {
+        State {
+            next_id: self.next_id,
+            transfers: self.entries.values().map(|e| e.record.clone()).collect(),
+            caps: self.caps,
+        }
+    }
+
+    fn selected(&self, select: &Selection, infos: Option<&Infos<'_>>) -> Vec<TransferId> {
+        let cutoff = unix_now().saturating_sub(RECENTLY_ACTIVE_SECS);
+        self.entries
+            .values()
+            .filter(|e| match select {
+                Selection::RecentlyActive => {
+                    e.edited >= cutoff
+                        || e.record.done.is_some_and(|d| d >= cutoff)
+                        || e.engine_id
+                            .and_then(|id| infos.and_then(|m| m.get(&id)))
+                            .is_some_and(|i| i.download_rate > 0.0 || i.upload_rate > 0.0)
+                }
+                s => s.matches(e.record.id, &e.base.hash),
+            })
+            .map(|e| e.record.id)
+            .collect()
+    }
+}
+
+type Infos<'a> = HashMap<EngineId, &'a TransferInfo>;
+
+struct Shared {
+    engine: EngineHandle,
+    cfg: BackendConfig,
+    dir: StateDir,
+    inner: Mutex<Inner>,
+    /// Serializes state writes (each writes the state as it is when it
+    /// starts, so a later write never loses an earlier change).
+    save: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+    close: Notify,
+}
+
+/// The daemon's backend over a running engine.
+#[derive(Clone)]
+pub struct EngineBackend(Arc<Shared>);
+
+impl std::fmt::Debug for EngineBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBackend")
+            .field("state_dir", &self.0.cfg.state_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rate of a cap in bytes/s (0: unlimited).
+fn cap_rate(l: SpeedLimit) -> u64 {
+    if l.enabled {
+        l.kbps.saturating_mul(1000)
+    } else {
+        0
+    }
+}
+
+impl EngineBackend {
+    /// Loads the state under `cfg.state_dir` and starts every transfer it
+    /// lists in `engine`. A damaged state file, or a kept .torrent that is
+    /// missing or does not match, is refused with an error naming it.
+    pub async fn start(cfg: BackendConfig, engine: EngineHandle) -> Result<Self, StateError> {
+        let dir = StateDir::open(&cfg.state_dir)?;
+        let (dir, state, contents) = tokio::task::spawn_blocking(move || {
+            let state = dir.load()?;
+            let mut contents = Vec::with_capacity(state.transfers.len());
+            for r in &state.transfers {
+                contents.push(restore(&dir, r)?);
+            }
+            Ok::<_, StateError>((dir, state, contents))
+        })
+        .await
+        .map_err(|e| StateError::Io {
+            path: cfg.state_dir.clone(),
+            source: std::io::Error::other(e),
+        })??;
+        let settings = SessionSettings {
+            download_dir: Arc::from(cfg.download_dir.to_string_lossy().as_ref()),
+            config_dir: Arc::from(cfg.state_dir.to_string_lossy().as_ref()),
+            peer_port: cfg.peer_port,
+            ..SessionSettings::default()
+        };
+        let mut inner = Inner {
+            settings,
+            entries: BTreeMap::new(),
+            by_hash: HashMap::new(),
+            orphans: HashMap::new(),
+            removed: Vec::new(),
+            next_id: state.next_id.max(1),
+            caps: state.caps,
+            started: unix_now(),
+            files_added: 0,
+        };
+        if let Some((kbps, enabled)) = state.caps.down {
+            inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };
+        }
+        if let Some((kbps, enabled)) = state.caps.up {
+            inner.settings.speed_limit_up = SpeedLimit { kbps, enabled };
+        }
+        let now = unix_now();
+        for (r, (content, parsed)) in state.transfers.into_iter().zip(contents) {
+            let e = entry(r, content, parsed, now);
+            inner.by_hash.insert(e.base.hash, e.record.id);
+            inner.entries.insert(e.record.id, e);
+        }
+        let ids: Vec<TransferId> = inner.entries.keys().copied().collect();
+        let backend = EngineBackend(Arc::new(Shared {
+            engine,
+            cfg,
+            dir,
+            inner: Mutex::new(inner),
+            save: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+            close: Notify::new(),
+        }));
+        backend.apply_caps();
+        for id in ids {
+            backend.launch(id);
+        }
+        Ok(backend)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data: go on.
+        self.0.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of transfers.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sets the session caps (bytes/s of 1000-byte kB, `None`: leave as
+    /// is), as a config reload does; they persist like `session-set`.
+    pub async fn set_caps(
+        &self,
+        down: Option<SpeedLimit>,
+        up: Option<SpeedLimit>,
+    ) -> Result<(), StateError> {
+        {
+            let mut st = self.lock();
+            if let Some(d) = down {
+                st.settings.speed_limit_down = d;
+                st.caps.down = Some((d.kbps, d.enabled));
+            }
+            if let Some(u) = up {
+                st.settings.speed_limit_up = u;
+                st.caps.up = Some((u.kbps, u.enabled));
+            }
+        }
+        self.apply_caps();
+        self.persist().await
+    }
+
+    fn apply_caps(&self) {
+        let (down, up) = {
+            let st = self.lock();
+            (st.settings.speed_limit_down, st.settings.speed_limit_up)
+        };
+        self.0.cfg.down.set_rate(cap_rate(down));
+        self.0.cfg.up.set_rate(cap_rate(up));
+    }
+
+    /// Waits for `session-close`.
+    pub async fn wait_closed(&self) {
+        loop {
+            let notified = self.0.close.notified();
+            if self.0.closed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Writes the state durably.
+    pub async fn persist(&self) -> Result<(), StateError> {
+        let _order = self.0.save.lock().await;
+        let state = self.lock().to_state();
+        let dir = self.0.dir.clone();
+        tokio::task::spawn_blocking(move || dir.save(&state))
+            .await
+            .map_err(|e| StateError::Io {
+                path: self.0.dir.state_path(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
+    /// Starts transfer `id` in the engine (its storage opens in the
+    /// background).
+    fn launch(&self, id: TransferId) {
+        let (content, dir, paused) = {
+            let mut st = self.lock();
+            let Some(e) = st.entries.get_mut(&id) else {
+                return;
+            };
+            e.adding = true;
+            e.failed = None;
+            (
+                e.content.clone(),
+                e.record.download_dir.clone(),
+                e.record.paused,
+            )
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let open = OpenOptions::download();
+            let r = match content {
+                Content::Torrent(meta) => {
+                    me.0.engine
+                        .add_torrent(TorrentSource {
+                            meta,
+                            dir,
+                            open,
+                            peers: Vec::new(),
+                            seed: true,
+                            paused,
+                        })
+                        .await
+                }
+                Content::Ed2k(link) => {
+                    me.0.engine
+                        .add_ed2k(Ed2kSource {
+                            link,
+                            dir,
+                            open,
+                            peers: Vec::new(),
+                            seed: true,
+                        })
+                        .await
+                }
+            };
+            me.added(id, paused, r).await;
+        });
+    }
+
+    /// The engine's answer to [`launch`](Self::launch).
+    async fn added(
+        &self,
+        id: TransferId,
+        passed_paused: bool,
+        r: Result<EngineId, weir_runtime::engine::EngineError>,
+    ) {
+        enum Then {
+            Nothing,
+            Pause(EngineId),
+            Resume(EngineId),
+            Drop(EngineId, Orphan),
+        }
+        let then = {
+            let mut st = self.lock();
+            if let Some(o) = st.orphans.remove(&id) {
+                match r {
+                    Ok(eid) => Then::Drop(eid, o),
+                    Err(_) => Then::Nothing,
+                }
+            } else if let Some(e) = st.entries.get_mut(&id) {
+                e.adding = false;
+                match r {
+                    Ok(eid) => {
+                        e.engine_id = Some(eid);
+                        let is_ed2k = matches!(e.content, Content::Ed2k(_));
+                        if e.record.paused && (is_ed2k || !passed_paused) {
+                            Then::Pause(eid)
+                        } else if !e.record.paused && passed_paused {
+                            Then::Resume(eid)
+                        } else {
+                            Then::Nothing
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("{}: {err}", e.base.name);
+                        e.failed = Some(Arc::from(err.to_string().as_str()));
+                        Then::Nothing
+                    }
+                }
+            } else {
+                Then::Nothing
+            }
+        };
+        match then {
+            Then::Nothing => {}
+            Then::Pause(eid) => self.0.engine.pause(eid).await,
+            Then::Resume(eid) => self.0.engine.resume(eid).await,
+            Then::Drop(eid, o) => {
+                self.0.engine.remove_closed(eid).await;
+                if o.delete {
+                    delete_data(o.paths).await;
+                }
+            }
+        }
+    }
+
+    async fn snapshot(&self) -> Vec<TransferInfo> {
+        self.0.engine.snapshot().await
+    }
+}
+
+/// A record's content from the state directory.
+fn restore(dir: &StateDir, r: &Record) -> Result<(Content, Parsed), StateError> {
+    match &r.source {
+        RecordSource::Torrent { info_hash } => {
+            let path = dir.torrent_path(info_hash);
+            let data = dir.read_torrent(info_hash)?;
+            let meta = parse_metainfo(&data).map_err(|e| StateError::Corrupt {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
+            if TransferHash::Bt(meta.info_hash).to_hex() != info_hash.to_ascii_lowercase() {
+                return Err(StateError::Corrupt {
+                    path,
+                    why: format!("its info-hash is not {info_hash}"),
+                });
+            }
+            let parsed = of_metainfo(&meta);
+            Ok((Content::Torrent(Arc::new(meta)), parsed))
+        }
+        RecordSource::Ed2k { link } => {
+            let l = parse_ed2k(link).map_err(|e| StateError::Corrupt {
+                path: dir.state_path(),
+                why: format!("transfer {}: {e}", r.id),
+            })?;
+            let parsed = of_link(&l);
+            Ok((Content::Ed2k(l), parsed))
+        }
+    }
+}
+
+fn entry(record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
+    let mut view = parsed.view;
+    view.id = record.id;
+    view.download_dir = Arc::from(record.download_dir.to_string_lossy().as_ref());
+    Entry {
+        started: (!record.paused).then_some(now),
+        edited: now,
+        base: Arc::new(view),
+        files: parsed.files,
+        trackers: parsed.trackers,
+        engine_id: None,
+        adding: false,
+        failed: None,
+        content,
+        record,
+    }
+}
+
+/// Deletes a transfer's files, its journal and lock, and the folder made
+/// for it once empty. Never follows a link out of the folder: a data path
+/// that is a link is removed as a link.
+async fn delete_data(p: DataPaths) {
+    let _ = tokio::task::spawn_blocking(move || {
+        for rel in p.files.iter().chain(&p.side) {
+            let path = p.root.join(rel);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("{}: {e}", path.display()),
+            }
+            // Folders inside the transfer's root, once empty.
+            let mut d = path.parent();
+            while let Some(dir) = d {
+                if dir == p.root || !dir.starts_with(&p.root) || std::fs::remove_dir(dir).is_err() {
+                    break;
+                }
+                d = dir.parent();
+            }
+        }
+        if p.own_root {
+            let _ = std::fs::remove_dir(&p.root);
+        }
+    })
+    .await;
+}
+
+fn state_err(e: StateError) -> BackendError {
+    match e {
+        StateError::Io { path, source } => BackendError::Io { path, source },
+        e @ StateError::Corrupt { .. } => BackendError::Invalid(e.to_string()),
+    }
+}
+
+impl Backend for EngineBackend {
+    async fn session(&self) -> Result<SessionSettings, BackendError> {
+        let mut s = self.lock().settings.clone();
+        s.download_dir_free_space = free_space_of(Path::new(&*s.download_dir))
+            .ok()
+            .map(|f| f.free);
+        Ok(s)
+    }
+
+    async fn set_session(&self, change: SessionChange) -> Result<(), BackendError> {
+        if let Some(d) = &change.download_dir {
+            if !d.is_absolute() {
+                return Err(BackendError::PathNotAbsolute(d.clone()));
+            }
+        }
+        let caps_changed = change.speed_limit_down.is_some()
+            || change.speed_limit_down_enabled.is_some()
+            || change.speed_limit_up.is_some()
+            || change.speed_limit_up_enabled.is_some();
+        let (down, up) = {
+            let mut st = self.lock();
+            st.settings.apply(change);
+            // What weir does not do stays off whatever was asked.
+            st.settings.blocklist_enabled = false;
+            st.settings.peer_port = self.0.cfg.peer_port;
+            (st.settings.speed_limit_down, st.settings.speed_limit_up)
+        };
+        if caps_changed {
+            self.set_caps(Some(down), Some(up))
+                .await
+                .map_err(state_err)?;
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<SessionStats, BackendError> {
+        let infos = self.snapshot().await;
+        let st = self.lock();
+        let mut s = SessionStats {
+            torrent_count: st.entries.len() as u64,
+            ..SessionStats::default()
+        };
+        for e in st.entries.values() {
+            if e.record.paused {
+                s.paused_torrent_count += 1;
+            } else {
+                s.active_torrent_count += 1;
+            }
+        }
+        for i in &infos {
+            s.download_speed += i.download_rate.max(0.0) as u64;
+            s.upload_speed += i.upload_rate.max(0.0) as u64;
+            s.current.downloaded_bytes += i.downloaded.0 + i.downloaded.1;
+            s.current.uploaded_bytes += i.uploaded.0 + i.uploaded.1;
+        }
+        s.current.files_added = st.files_added;
+        s.current.session_count = 1;
+        s.current.seconds_active = unix_now().saturating_sub(st.started);
+        // Totals of earlier runs are not kept: cumulative is this run's.
+        s.cumulative = s.current;
+        Ok(s)
+    }
+
+    async fn transfers(&self, query: TransferQuery) -> Result<TransferList, BackendError> {
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let now = unix_now();
+        let mut newly_done = false;
+        let list = {
+            let mut st = self.lock();
+            let ids = st.selected(&query.select, Some(&by_eid));
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                let info = e.engine_id.and_then(|eid| by_eid.get(&eid).copied());
+                if e.record.done.is_none() && info.is_some_and(|i| i.complete_at.is_some()) {
+                    e.record.done = Some(now);
+                    newly_done = true;
+                }
+                let absent = if let Some(f) = &e.failed {
+                    Absent::Failed(f.clone())
+                } else if e.adding {
+                    Absent::Opening
+                } else {
+                    Absent::Stopped
+                };
+                out.push(Arc::new(view::fill(e, info, absent, query.detail, now)));
+            }
+            let removed = if query.select == Selection::RecentlyActive {
+                let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+                st.removed
+                    .iter()
+                    .filter(|(_, t)| *t >= cutoff)
+                    .map(|(id, _)| *id)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            TransferList {
+                transfers: out,
+                removed,
+            }
+        };
+        if newly_done {
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.persist().await {
+                    tracing::warn!("saving the state: {e}");
+                }
+            });
+        }
+        Ok(list)
+    }
+
+    async fn add(&self, req: AddRequest) -> Result<AddOutcome, BackendError> {
+        let (content, parsed, torrent) = match &req.source {
+            AddSource::Metainfo(b) => {
+                let m = parse_metainfo(b)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(b.to_vec()))
+            }
+            AddSource::Path(path) => {
+                let path = path.clone();
+                let data = tokio::task::spawn_blocking(move || crate::sources::read_bounded(&path))
+                    .await
+                    .map_err(|e| BackendError::Invalid(e.to_string()))??;
+                let m = parse_metainfo(&data)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(data))
+            }
+            AddSource::Url(url) => {
+                let data = crate::client::fetch(
+                    &self.0.cfg.policy,
+                    url,
+                    req.cookies.as_deref(),
+                    MAX_TORRENT,
+                    Duration::from_secs(20),
+                )
+                .await
+                .map_err(|e| BackendError::Fetch(format!("{url}: {e}")))?;
+                let m = parse_metainfo(&data)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(data.to_vec()))
+            }
+            AddSource::Magnet(_) => {
+                return Err(BackendError::Unsupported(
+                    "magnet links are not supported by weir's engine yet; add the .torrent",
+                ));
+            }
+            AddSource::Ed2k(link) => {
+                let l = parse_ed2k(link)?;
+                let p = of_link(&l);
+                (Content::Ed2k(l), p, None)
+            }
+        };
+        if !req.files_unwanted.is_empty() || !req.priority_high.is_empty() {
+            tracing::warn!(
+                "{}: file selection and priorities are not supported yet; every file is fetched",
+                parsed.view.name
+            );
+        }
+        let hash = parsed.view.hash;
+        let (dir, paused) = {
+            let st = self.lock();
+            if let Some(id) = st.by_hash.get(&hash) {
+                return Ok(AddOutcome::Duplicate(AddedTransfer {
+                    id: *id,
+                    hash,
+                    name: st.entries[id].base.name.clone(),
+                }));
+            }
+            let dir = req
+                .download_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&*st.settings.download_dir));
+            let paused = req.paused.unwrap_or(!st.settings.start_added_torrents);
+            (dir, paused)
+        };
+        if !dir.is_absolute() {
+            return Err(BackendError::PathNotAbsolute(dir));
+        }
+        let source = match &content {
+            Content::Torrent(_) => RecordSource::Torrent {
+                info_hash: hash.to_hex(),
+            },
+            Content::Ed2k(l) => RecordSource::Ed2k { link: l.to_link() },
+        };
+        if let Some(data) = torrent {
+            let sd = self.0.dir.clone();
+            let hex = hash.to_hex();
+            tokio::task::spawn_blocking(move || sd.save_torrent(&hex, &data))
+                .await
+                .map_err(|e| BackendError::Invalid(e.to_string()))?
+                .map_err(state_err)?;
+        }
+        let now = unix_now();
+        let added = {
+            let mut st = self.lock();
+            if let Some(id) = st.by_hash.get(&hash) {
+                // Added meanwhile by another request.
+                return Ok(AddOutcome::Duplicate(AddedTransfer {
+                    id: *id,
+                    hash,
+                    name: st.entries[id].base.name.clone(),
+                }));
+            }
+            let id = st.next_id;
+            st.next_id += 1;
+            let record = Record {
+                id,
+                source,
+                download_dir: dir,
+                paused,
+                labels: req.labels.clone(),
+                added: now,
+                done: None,
+            };
+            let e = entry(record, content, parsed, now);
+            let added = AddedTransfer {
+                id,
+                hash,
+                name: e.base.name.clone(),
+            };
+            st.by_hash.insert(hash, id);
+            st.entries.insert(id, e);
+            st.files_added += 1;
+            added
+        };
+        self.persist().await.map_err(state_err)?;
+        self.launch(added.id);
+        Ok(AddOutcome::Added(added))
+    }
+
+    async fn change(&self, select: Selection, change: TransferChange) -> Result<(), BackendError> {
+        let rest = TransferChange {
+            labels: None,
+            ..change.clone()
+        };
+        if rest != TransferChange::default() {
+            return Err(BackendError::Unsupported(
+                "torrent-set: weir's engine backend changes only labels so far",
+            ));
+        }
+        if let Some(labels) = change.labels {
+            {
+                let mut st = self.lock();
+                let now = unix_now();
+                for id in st.selected(&select, None) {
+                    if let Some(e) = st.entries.get_mut(&id) {
+                        e.record.labels = labels.clone();
+                        e.edited = now;
+                    }
+                }
+            }
+            self.persist().await.map_err(state_err)?;
+        }
+        Ok(())
+    }
+
+    async fn act(&self, select: Selection, action: Action) -> Result<(), BackendError> {
+        let pause = match action {
+            Action::Start | Action::StartNow => false,
+            Action::Stop => true,
+            Action::Verify => {
+                return Err(BackendError::Unsupported(
+                    "torrent-verify is not supported by weir's engine yet",
+                ));
+            }
+            Action::Reannounce => {
+                return Err(BackendError::Unsupported(
+                    "torrent-reannounce is not supported by weir's engine yet",
+                ));
+            }
+            Action::QueueTop | Action::QueueUp | Action::QueueDown | Action::QueueBottom => {
+                return Err(BackendError::Unsupported(
+                    "weir has no download queue: every transfer runs",
+                ));
+            }
+        };
+        let (targets, restart) = {
+            let mut st = self.lock();
+            let now = unix_now();
+            let mut targets = Vec::new();
+            let mut restart = Vec::new();
+            for id in st.selected(&select, None) {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                if e.record.paused == pause && e.failed.is_none() {
+                    continue;
+                }
+                e.record.paused = pause;
+                e.edited = now;
+                if !pause {
+                    e.started = Some(now);
+                }
+                match e.engine_id {
+                    Some(eid) => targets.push(eid),
+                    // Refused before: starting it tries again.
+                    None if !pause && e.failed.is_some() => restart.push(id),
+                    None => {}
+                }
+            }
+            (targets, restart)
+        };
+        for eid in targets {
+            if pause {
+                self.0.engine.pause(eid).await;
+            } else {
+                self.0.engine.resume(eid).await;
+            }
+        }
+        for id in restart {
+            self.launch(id);
+        }
+        self.persist().await.map_err(state_err)
+    }
+
+    async fn remove(&self, select: Selection, delete_local_data: bool) -> Result<(), BackendError> {
+        let taken: Vec<(Entry, bool)> = {
+            let mut st = self.lock();
+            let now = unix_now();
+            let ids = st.selected(&select, None);
+            let mut taken = Vec::new();
+            for id in ids {
+                let Some(e) = st.entries.remove(&id) else {
+                    continue;
+                };
+                st.by_hash.remove(&e.base.hash);
+                st.removed.push((id, now));
+                if e.adding {
+                    let paths = e.content.paths(&e.record.download_dir);
+                    st.orphans.insert(
+                        id,
+                        Orphan {
+                            paths,
+                            delete: delete_local_data,
+                        },
+                    );
+                }
+                // An ed2k link that joined a torrent shares its transfer.
+                let shared = e
+                    .engine_id
+                    .is_some_and(|eid| st.entries.values().any(|o| o.engine_id == Some(eid)));
+                taken.push((e, shared));
+            }
+            let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+            st.removed.retain(|(_, t)| *t >= cutoff);
+            taken
+        };
+        if taken.is_empty() {
+            return Ok(());
+        }
+        self.persist().await.map_err(state_err)?;
+        for (e, shared) in taken {
+            if let RecordSource::Torrent { info_hash } = &e.record.source {
+                self.0.dir.remove_torrent(info_hash);
+            }
+            if shared {
+                continue;
+            }
+            if let Some(eid) = e.engine_id {
+                self.0.engine.remove_closed(eid).await;
+            }
+            if delete_local_data && !e.adding {
+                delete_data(e.content.paths(&e.record.download_dir)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn set_location(
+        &self,
+        _select: Selection,
+        _location: PathBuf,
+        _move_data: bool,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "torrent-set-location is not supported by weir's engine yet",
+        ))
+    }
+
+    async fn free_space(&self, path: PathBuf) -> Result<FreeSpace, BackendError> {
+        free_space_of(&path)
+    }
+
+    async fn port_is_open(&self) -> Result<bool, BackendError> {
+        Ok(self.0.cfg.peer_port != 0)
+    }
+
+    async fn close(&self) -> Result<(), BackendError> {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.close.notify_waiters();
+        Ok(())
+    }
+}

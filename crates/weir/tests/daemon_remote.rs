@@ -27,8 +27,15 @@ fn transmission_remote_drives_a_download_from_a_libtorrent_seeder() -> anyhow::R
     let logs = dir.subdir("logs")?;
     let size: u64 = 24 << 20;
     let torrent = file_and_torrent(&data, "movie.bin", size, 7)?;
-    let mut daemon = Daemon::start(&ns, &downloads, &state, &logs, "weir-daemon", &[])?;
-    let _seed = seeder(&ns, &torrent, &data, "127.0.0.1:6881", None)?;
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+    let _seed = seeder(&ns, &torrent, &data, "127.0.0.1:6881", None, true)?;
 
     let out = remote(&ns, &["-a", torrent.to_str().unwrap()])?;
     assert!(out.contains("responded: \"success\""), "{out}");

@@ -44,17 +44,29 @@ pub(crate) fn file_and_torrent(
     size: u64,
     seed: u64,
 ) -> anyhow::Result<PathBuf> {
+    file_and_torrent_with(dir, name, size, seed, None)
+}
+
+/// [`file_and_torrent`] announcing to `tracker` (an announce URL).
+pub(crate) fn file_and_torrent_with(
+    dir: &Path,
+    name: &str,
+    size: u64,
+    seed: u64,
+    tracker: Option<&str>,
+) -> anyhow::Result<PathBuf> {
     payload::write_tree(dir, &[(name, size)], seed)?;
     let t = dir.join(format!("{name}.torrent"));
-    let out = weir_lab::process::run(
-        Command::new(WEIR)
-            .args(["--allow", "127.0.0.0/8", "create"])
-            .arg(dir.join(name))
-            .arg("-o")
-            .arg(&t)
-            .args(["--piece-size", "256KiB"]),
-        Duration::from_secs(120),
-    )?;
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["--allow", "127.0.0.0/8", "create"])
+        .arg(dir.join(name))
+        .arg("-o")
+        .arg(&t)
+        .args(["--piece-size", "256KiB"]);
+    if let Some(url) = tracker {
+        cmd.args(["--tracker", url]);
+    }
+    let out = weir_lab::process::run(&mut cmd, Duration::from_secs(120))?;
     if !out.success() {
         bail!("weir create failed: {}", out.stderr_text());
     }
@@ -62,13 +74,15 @@ pub(crate) fn file_and_torrent(
 }
 
 /// A libtorrent seeder of `torrent` on `addr` that keeps dialling the
-/// daemon while no peer is connected, its upload capped at `cap` bytes/s.
+/// daemon while no peer is connected (when `dial`; else the daemon finds
+/// it through the torrent's tracker), its upload capped at `cap` bytes/s.
 pub(crate) fn seeder(
     ns: &Netns,
     torrent: &Path,
     data: &Path,
     addr: &str,
     cap: Option<u64>,
+    dial: bool,
 ) -> anyhow::Result<Proc> {
     let a: SocketAddrV4 = addr.parse().context("seeder address")?;
     bt::start_seed_with(
@@ -78,7 +92,11 @@ pub(crate) fn seeder(
         data,
         a,
         &Options {
-            dial: Some(PEERS.parse().context("daemon address")?),
+            dial: if dial {
+                Some(PEERS.parse().context("daemon address")?)
+            } else {
+                None
+            },
             upload_limit: cap,
             ..Options::default()
         },
@@ -120,7 +138,7 @@ impl Daemon {
             .arg(downloads)
             .arg("--state")
             .arg(state)
-            .args(["--no-dht", "--no-trackers"])
+            .arg("--no-dht")
             .args(extra);
         let mut proc = Proc::spawn_logged(name, &mut cmd, logs)?;
         let addr: SocketAddr = RPC.parse()?;

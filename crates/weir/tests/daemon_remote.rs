@@ -164,3 +164,64 @@ fn a_damaged_state_file_is_refused_naming_it() -> anyhow::Result<()> {
     assert_eq!(std::fs::read(&file)?, &good[..good.len() - 5]);
     Ok(())
 }
+
+#[test]
+fn sighup_reloads_the_config_caps_and_session_close_exits_0() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmhup")?;
+    let dir = TempDir::new("daemon-hup")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    let config = dir.path().join("settings.json");
+    std::fs::write(
+        &config,
+        r#"{"speed-limit-down": 300, "speed-limit-down-enabled": true, "rpc-port": 9091}"#,
+    )?;
+    let cfg = config.to_str().unwrap();
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers", "--config", cfg],
+    )?;
+    let si = remote(&ns, &["-si"])?;
+    assert!(si.contains("Download speed limit: 300 kB/s"), "{si}");
+    assert!(si.contains("Upload speed limit: Unlimited"), "{si}");
+
+    std::fs::write(
+        &config,
+        r#"{"speed-limit-down": 700, "speed-limit-down-enabled": true, "speed-limit-up": 50}"#,
+    )?;
+    daemon.proc.signal(nix::sys::signal::Signal::SIGHUP)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let si = loop {
+        let si = remote(&ns, &["-si"])?;
+        if si.contains("Download speed limit: 700 kB/s") || std::time::Instant::now() > deadline {
+            break si;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(si.contains("Download speed limit: 700 kB/s"), "{si}");
+    assert!(si.contains("Upload speed limit: 50 kB/s"), "{si}");
+
+    // A bad file on reload: the settings in force stay, the daemon runs.
+    std::fs::write(&config, b"{ not json")?;
+    daemon.proc.signal(nix::sys::signal::Signal::SIGHUP)?;
+    let si = remote(&ns, &["-si"])?;
+    assert!(si.contains("Download speed limit: 700 kB/s"), "{si}");
+
+    // session-close over RPC: a clean stop with exit 0.
+    rpc(&ns, "session-close", serde_json::json!({}))?;
+    let Some((status, _)) = daemon.proc.wait_timeout(Duration::from_secs(30))? else {
+        anyhow::bail!("still running 30 s after session-close");
+    };
+    assert_eq!(status.code(), Some(0), "{}", daemon.proc.log_tail(20));
+    let log = std::fs::read_to_string(daemon.proc.stderr_log().expect("logged"))?;
+    assert!(log.contains("the settings in force stay"), "{log}");
+    Ok(())
+}

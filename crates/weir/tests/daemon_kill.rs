@@ -48,7 +48,9 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
     // went away again).
     let url = format!("http://{TRACKER}/announce");
     let a = file_and_torrent_with(&data, "a.bin", size, 11, Some(&url))?;
-    let b = file_and_torrent_with(&data, "b.bin", size, 12, Some(&url))?;
+    // The second a folder of two files: per-file progress is read too.
+    let b_files = [("b/x.bin", 20u64 << 20), ("b/y.bin", 12u64 << 20)];
+    let b = tree_and_torrent(&data, "b", &b_files, 12, Some(&url))?;
     let hashes = [TorrentInfo::read(&a)?, TorrentInfo::read(&b)?].map(|i| i.info_hash_hex());
     let tracker = Tracker::start(&ns, TRACKER.parse()?, &hashes)?;
     // 4 MB/s each: about 8 s per file, time to kill in the middle.
@@ -87,6 +89,18 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
     )?;
     assert_eq!(num(&before[2], "status"), 0, "{:?}", before[2]);
     let t0 = std::time::Instant::now();
+    // The files of the folder add up to what is verified.
+    let files = torrents(&ns, &["id", "haveValid", "files"])?;
+    let sum: u64 = files[1]["files"]
+        .as_array()
+        .map(|f| f.iter().map(|f| num(f, "bytesCompleted")).sum())
+        .unwrap_or(0);
+    assert!(
+        sum >= num(&before[1], "haveValid") && sum <= num(&files[1], "haveValid"),
+        "files of b: {sum} verified, the transfer {} then {}",
+        num(&before[1], "haveValid"),
+        num(&files[1], "haveValid")
+    );
     daemon.kill9()?;
     for t in &before {
         let have = num(t, "haveValid");
@@ -124,7 +138,7 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
         t0.elapsed().as_secs_f64()
     );
     let list = remote(&ns, &["-l"])?;
-    for (id, name) in [(1, "a.bin"), (2, "b.bin")] {
+    for (id, name) in [(1, "a.bin"), (2, "b")] {
         let row = list_row(&list, id).unwrap_or_else(|| panic!("no row {id}:\n{list}"));
         assert_eq!(row.last().map(String::as_str), Some(name), "{list}");
     }
@@ -149,7 +163,7 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
         "complete {:.1} s after the kill",
         t0.elapsed().as_secs_f64()
     );
-    for ((t, have), name) in done.iter().zip(&restart_have).zip(["a.bin", "b.bin"]) {
+    for ((t, have), name) in done.iter().zip(&restart_have).zip(["a.bin", "b"]) {
         let fetched = num(t, "downloadedEver");
         let remaining = size - have;
         // Blocks of pieces in flight at the kill come again; 1 MiB of
@@ -158,7 +172,13 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
             fetched >= remaining && fetched < remaining + (1 << 20),
             "{name}: fetched {fetched} after the restart for {remaining} remaining"
         );
-        payload::files_equal(&data.join(name), &downloads.join(name))?;
+        if name == "b" {
+            for (f, _) in b_files {
+                payload::files_equal(&data.join(f), &downloads.join(f))?;
+            }
+        } else {
+            payload::files_equal(&data.join(name), &downloads.join(name))?;
+        }
         eprintln!(
             "{name}: {} of {size} verified at the kill, {have} after the restart, {fetched} fetched after it",
             num(&before[if name == "a.bin" { 0 } else { 1 }], "haveValid")

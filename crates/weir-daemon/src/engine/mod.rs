@@ -575,6 +575,26 @@ impl Backend for EngineBackend {
         let infos = self.snapshot().await;
         let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
         let now = unix_now();
+        let mut pieces = HashMap::new();
+        if query.detail.files || query.detail.pieces {
+            let torrents: Vec<(TransferId, EngineId)> = {
+                let st = self.lock();
+                st.selected(&query.select, Some(&by_eid))
+                    .into_iter()
+                    .filter_map(|id| {
+                        let e = &st.entries[&id];
+                        matches!(e.content, Content::Torrent(_))
+                            .then_some(e.engine_id.map(|eid| (id, eid)))
+                            .flatten()
+                    })
+                    .collect()
+            };
+            for (id, eid) in torrents {
+                if let Some(bits) = self.0.engine.pieces(eid).await {
+                    pieces.insert(id, bits);
+                }
+            }
+        }
         let mut newly_done = false;
         let list = {
             let mut st = self.lock();
@@ -596,7 +616,14 @@ impl Backend for EngineBackend {
                 } else {
                     Absent::Stopped
                 };
-                out.push(Arc::new(view::fill(e, info, absent, query.detail, now)));
+                out.push(Arc::new(view::fill(
+                    e,
+                    info,
+                    absent,
+                    pieces.get(&id),
+                    query.detail,
+                    now,
+                )));
             }
             let removed = if query.select == Selection::RecentlyActive {
                 let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);

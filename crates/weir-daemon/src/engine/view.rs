@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use weir_core::bitfield::Bitfield;
 use weir_session::{Phase, TransferInfo};
 
 use super::Entry;
@@ -23,6 +24,7 @@ pub(super) fn fill(
     e: &Entry,
     info: Option<&TransferInfo>,
     absent: Absent,
+    pieces: Option<&Bitfield>,
     detail: Detail,
     now: u64,
 ) -> TransferView {
@@ -92,20 +94,95 @@ pub(super) fn fill(
     }
     if detail.files {
         v.files = e.files.clone();
-        let complete = size > 0 && v.have_valid == size;
-        if let [only] = v.files.as_mut_slice() {
-            only.bytes_completed = v.have_valid;
-        } else if complete {
-            for f in &mut v.files {
-                f.bytes_completed = f.length;
+        match (v.files.as_mut_slice(), pieces) {
+            ([only], _) => only.bytes_completed = v.have_valid,
+            (files, Some(bits)) => file_progress(files, bits, v.piece_size, size),
+            (files, None) => {
+                // No piece map (not in the engine yet): complete or nothing.
+                let complete = size > 0 && v.have_valid == size;
+                for f in files {
+                    f.bytes_completed = if complete { f.length } else { 0 };
+                }
             }
         }
-        // Several files of a transfer in progress: the engine reports the
-        // transfer's verified bytes, not each file's; they read 0 until
-        // the transfer completes.
+    }
+    if detail.pieces {
+        if let Some(bits) = pieces {
+            v.pieces = bytes::Bytes::copy_from_slice(bits.as_bytes());
+        }
     }
     if detail.trackers {
         v.trackers = e.trackers.clone();
     }
     v
+}
+
+/// Each file's verified bytes: the parts of its range in verified pieces
+/// (files are in content order, so their offsets add up).
+fn file_progress(files: &mut [FileView], bits: &Bitfield, piece: u64, total: u64) {
+    if piece == 0 || bits.is_empty() {
+        for f in files {
+            f.bytes_completed = 0;
+        }
+        return;
+    }
+    let mut offset = 0u64;
+    for f in files {
+        let (start, end) = (offset, offset + f.length);
+        offset = end;
+        f.bytes_completed = 0;
+        if f.length == 0 {
+            continue;
+        }
+        let first = (start / piece) as u32;
+        let last = ((end - 1) / piece) as u32;
+        for p in first..=last.min(bits.len().saturating_sub(1)) {
+            if bits.get(p) {
+                let ps = u64::from(p) * piece;
+                let pe = (ps + piece).min(total);
+                f.bytes_completed += pe.min(end).saturating_sub(ps.max(start));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(length: u64) -> FileView {
+        FileView {
+            name: Arc::from("f"),
+            length,
+            bytes_completed: 0,
+            wanted: true,
+            priority: Priority::Normal,
+            begin_piece: 0,
+            end_piece: 0,
+        }
+    }
+
+    #[test]
+    fn files_count_the_verified_pieces_under_them() {
+        // Pieces of 100 bytes; files of 150, 0, 100 and 55 bytes (305).
+        let mut files = vec![file(150), file(0), file(100), file(55)];
+        let mut bits = Bitfield::new(4);
+        bits.set(1); // 100..200: 50 of file 0, 50 of file 2
+        bits.set(3); // 300..305: the last 5 of file 3
+        file_progress(&mut files, &bits, 100, 305);
+        let got: Vec<u64> = files.iter().map(|f| f.bytes_completed).collect();
+        assert_eq!(got, vec![50, 0, 50, 5]);
+        for i in 0..4 {
+            bits.set(i);
+        }
+        file_progress(&mut files, &bits, 100, 305);
+        let got: Vec<u64> = files.iter().map(|f| f.bytes_completed).collect();
+        assert_eq!(got, vec![150, 0, 100, 55]);
+        // A map shorter than the files (bad input) does not panic.
+        file_progress(&mut files, &Bitfield::new(1), 100, 305);
+        assert!(files.iter().all(|f| f.bytes_completed == 0));
+        file_progress(&mut files, &Bitfield::new(0), 100, 305);
+        file_progress(&mut files, &Bitfield::full(4), 0, 305);
+        assert!(files.iter().all(|f| f.bytes_completed == 0));
+    }
 }

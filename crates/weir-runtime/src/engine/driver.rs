@@ -725,6 +725,10 @@ impl Driver {
                     .collect();
                 let _ = reply.send(all);
             }
+            Command::Pieces(id, reply) => {
+                let had = self.session.torrent(id).map(|t| t.content().had().clone());
+                let _ = reply.send(had);
+            }
             Command::Stop => self.stopping = true,
         }
     }

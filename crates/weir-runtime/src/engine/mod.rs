@@ -239,6 +239,10 @@ pub(crate) enum Command {
     /// As `Remove`, answered once the storage is closed.
     RemoveClosed(TransferId, oneshot::Sender<bool>),
     Snapshot(oneshot::Sender<Vec<TransferInfo>>),
+    Pieces(
+        TransferId,
+        oneshot::Sender<Option<weir_core::bitfield::Bitfield>>,
+    ),
     Stop,
 }
 
@@ -405,6 +409,14 @@ impl EngineHandle {
         let (tx, rx) = oneshot::channel();
         self.command(Command::RemoveClosed(id, tx)).await;
         rx.await.unwrap_or(false)
+    }
+
+    /// A torrent transfer's verified pieces now (`None`: no such
+    /// transfer, or no BitTorrent side).
+    pub async fn pieces(&self, id: TransferId) -> Option<weir_core::bitfield::Bitfield> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Pieces(id, tx)).await;
+        rx.await.ok().flatten()
     }
 
     /// Every transfer now.

@@ -55,7 +55,19 @@ pub(crate) fn file_and_torrent_with(
     seed: u64,
     tracker: Option<&str>,
 ) -> anyhow::Result<PathBuf> {
-    payload::write_tree(dir, &[(name, size)], seed)?;
+    tree_and_torrent(dir, name, &[(name, size)], seed, tracker)
+}
+
+/// Files `(path under dir, size)` and a torrent of `dir/name` (a file or
+/// a folder of them) announcing to `tracker`, if any.
+pub(crate) fn tree_and_torrent(
+    dir: &Path,
+    name: &str,
+    files: &[(&str, u64)],
+    seed: u64,
+    tracker: Option<&str>,
+) -> anyhow::Result<PathBuf> {
+    payload::write_tree(dir, files, seed)?;
     let t = dir.join(format!("{name}.torrent"));
     let mut cmd = Command::new(WEIR);
     cmd.args(["--allow", "127.0.0.0/8", "create"])

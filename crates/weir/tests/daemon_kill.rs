@@ -102,6 +102,8 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
         num(&files[1], "haveValid")
     );
     daemon.kill9()?;
+    // Traffic totals as last saved: what downloadedEver starts from.
+    let saved = saved_downloaded(&state.join("transfers.state"))?;
     for t in &before {
         let have = num(t, "haveValid");
         assert!(
@@ -163,14 +165,23 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
         "complete {:.1} s after the kill",
         t0.elapsed().as_secs_f64()
     );
-    for ((t, have), name) in done.iter().zip(&restart_have).zip(["a.bin", "b"]) {
-        let fetched = num(t, "downloadedEver");
-        let remaining = size - have;
+    for (((t, have), name), x) in done
+        .iter()
+        .zip(&restart_have)
+        .zip(["a.bin", "b"])
+        .zip(&before)
+    {
+        let fetched = num(t, "downloadedEver") - saved[&num(t, "id")];
+        // What was verified when the run began lies between what RPC read
+        // before the kill and what it read after the restart (downloading
+        // may have begun before that read).
+        let (had_then, had_after) = (num(x, "haveValid"), *have);
         // Blocks of pieces in flight at the kill come again; 1 MiB of
         // slack is four 256 KiB pieces.
         assert!(
-            fetched >= remaining && fetched < remaining + (1 << 20),
-            "{name}: fetched {fetched} after the restart for {remaining} remaining"
+            fetched >= size - had_after && fetched < size - had_then + (1 << 20),
+            "{name}: fetched {fetched} after the restart; {had_then} verified before the \
+             kill, {had_after} read after the restart"
         );
         if name == "b" {
             for (f, _) in b_files {
@@ -180,10 +191,43 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
             payload::files_equal(&data.join(name), &downloads.join(name))?;
         }
         eprintln!(
-            "{name}: {} of {size} verified at the kill, {have} after the restart, {fetched} fetched after it",
-            num(&before[if name == "a.bin" { 0 } else { 1 }], "haveValid")
+            "{name}: {had_then} of {size} verified at the kill, {had_after} read after the restart, {fetched} fetched after it"
+        );
+    }
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+
+    // A clean stop keeps the traffic totals: a third start reads them back,
+    // both transfers complete and seeding (6) straight from their journals.
+    let totals: Vec<u64> = done[..2].iter().map(|t| num(t, "downloadedEver")).collect();
+    let mut daemon = Daemon::start(&ns, &downloads, &state, &logs, "weir-daemon-3", &[])?;
+    let third = wait_for(
+        &ns,
+        FIELDS,
+        Duration::from_secs(30),
+        "seeding after a clean restart",
+        |t| t.len() == 3 && t[..2].iter().all(|t| num(t, "status") == 6),
+    )?;
+    for (t, total) in third.iter().zip(&totals) {
+        assert_eq!(num(t, "haveValid"), size);
+        let d = num(t, "downloadedEver");
+        assert!(
+            (*total..total + (1 << 20)).contains(&d),
+            "downloadedEver {d} after the clean restart, {total} before"
         );
     }
     assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
     Ok(())
+}
+
+/// `downloaded` of each transfer in a state file, by id.
+fn saved_downloaded(path: &std::path::Path) -> anyhow::Result<std::collections::HashMap<u64, u64>> {
+    let data = std::fs::read(path)?;
+    let nl = data.iter().position(|b| *b == b'\n').unwrap_or(0);
+    let v: serde_json::Value = serde_json::from_slice(&data[nl + 1..])?;
+    Ok(v["transfers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (num(r, "id"), num(r, "downloaded")))
+        .collect())
 }

@@ -96,6 +96,26 @@ pub(crate) struct Entry {
     failed: Option<Arc<str>>,
     started: Option<u64>,
     edited: u64,
+    /// Payload bytes of earlier runs (download, upload).
+    earlier: (u64, u64),
+    /// Payload bytes of this run, as last read from the engine.
+    run: (u64, u64),
+}
+
+impl Entry {
+    /// Takes this run's traffic from the engine's figures.
+    fn saw(&mut self, i: &TransferInfo) {
+        self.run = (i.downloaded.0 + i.downloaded.1, i.uploaded.0 + i.uploaded.1);
+    }
+
+    /// The record as it is to be saved: traffic of every run so far.
+    fn to_record(&self) -> Record {
+        Record {
+            downloaded: self.earlier.0 + self.run.0,
+            uploaded: self.earlier.1 + self.run.1,
+            ..self.record.clone()
+        }
+    }
 }
 
 /// A transfer removed while its storage was being opened: removed from the
@@ -121,7 +141,7 @@ impl Inner {
     fn to_state(&self) -> State {
         State {
             next_id: self.next_id,
-            transfers: self.entries.values().map(|e| e.record.clone()).collect(),
+            transfers: self.entries.values().map(Entry::to_record).collect(),
             caps: self.caps,
         }
     }
@@ -302,6 +322,57 @@ impl EngineBackend {
         }
     }
 
+    /// Reads every transfer's traffic from the engine, then writes the
+    /// state (what a clean stop and the periodic save do).
+    pub async fn save_all(&self) -> Result<(), StateError> {
+        let infos = self.snapshot().await;
+        {
+            let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+            let mut st = self.lock();
+            for e in st.entries.values_mut() {
+                if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                    e.saw(i);
+                }
+            }
+        }
+        self.persist().await
+    }
+
+    /// Saves the state every `every` while traffic changes, so that a
+    /// kill -9 loses at most that much of the traffic totals.
+    pub fn save_periodically(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t.tick().await;
+            let mut last = Vec::new();
+            loop {
+                t.tick().await;
+                let totals: Vec<(TransferId, u64, u64)> = {
+                    let infos = me.snapshot().await;
+                    let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+                    let mut st = me.lock();
+                    st.entries
+                        .values_mut()
+                        .map(|e| {
+                            if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                                e.saw(i);
+                            }
+                            (e.record.id, e.run.0, e.run.1)
+                        })
+                        .collect()
+                };
+                if totals != last {
+                    if let Err(e) = me.persist().await {
+                        tracing::warn!("saving the state: {e}");
+                    }
+                    last = totals;
+                }
+            }
+        })
+    }
+
     /// Writes the state durably.
     pub async fn persist(&self) -> Result<(), StateError> {
         let _order = self.0.save.lock().await;
@@ -462,6 +533,8 @@ fn entry(record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
     Entry {
         started: (!record.paused).then_some(now),
         edited: now,
+        earlier: (record.downloaded, record.uploaded),
+        run: (0, 0),
         base: Arc::new(view),
         files: parsed.files,
         trackers: parsed.trackers,
@@ -566,8 +639,13 @@ impl Backend for EngineBackend {
         s.current.files_added = st.files_added;
         s.current.session_count = 1;
         s.current.seconds_active = unix_now().saturating_sub(st.started);
-        // Totals of earlier runs are not kept: cumulative is this run's.
+        // Earlier runs: the traffic of the transfers still here (run counts
+        // and times of earlier runs are not kept).
         s.cumulative = s.current;
+        for e in st.entries.values() {
+            s.cumulative.downloaded_bytes += e.earlier.0;
+            s.cumulative.uploaded_bytes += e.earlier.1;
+        }
         Ok(s)
     }
 
@@ -605,7 +683,11 @@ impl Backend for EngineBackend {
                     continue;
                 };
                 let info = e.engine_id.and_then(|eid| by_eid.get(&eid).copied());
-                if e.record.done.is_none() && info.is_some_and(|i| i.complete_at.is_some()) {
+                if let Some(i) = info {
+                    e.saw(i);
+                }
+                let complete = |i: &TransferInfo| i.size > 0 && i.bytes_had >= i.size;
+                if e.record.done.is_none() && info.is_some_and(complete) {
                     e.record.done = Some(now);
                     newly_done = true;
                 }
@@ -753,6 +835,8 @@ impl Backend for EngineBackend {
                 labels: req.labels.clone(),
                 added: now,
                 done: None,
+                downloaded: 0,
+                uploaded: 0,
             };
             let e = entry(record, content, parsed, now);
             let added = AddedTransfer {

@@ -90,6 +90,12 @@ pub struct Record {
     /// Unix time completed, once it has.
     #[serde(default)]
     pub done: Option<u64>,
+    /// Payload bytes downloaded over all runs, as of this save.
+    #[serde(default)]
+    pub downloaded: u64,
+    /// Payload bytes uploaded over all runs, as of this save.
+    #[serde(default)]
+    pub uploaded: u64,
 }
 
 /// Session settings that persist (what `session-set` changed).
@@ -340,6 +346,8 @@ mod tests {
                     labels: vec!["tv".into()],
                     added: 1_700_000_000,
                     done: None,
+                    downloaded: 5,
+                    uploaded: 0,
                 },
                 Record {
                     id: 3,
@@ -351,6 +359,8 @@ mod tests {
                     labels: vec![],
                     added: 1_700_000_001,
                     done: Some(1_700_000_100),
+                    downloaded: 10,
+                    uploaded: 1 << 40,
                 },
             ],
             caps: SavedCaps {

@@ -39,6 +39,9 @@ pub(super) fn fill(
         Some(i) => {
             v.state = match i.phase {
                 Phase::Checking => TransferState::Verifying,
+                // Complete from the start (its journal says so), the
+                // session has no completion time for it: it seeds.
+                Phase::Downloading if size > 0 && i.bytes_had >= size => TransferState::Seeding,
                 Phase::Downloading => TransferState::Downloading,
                 Phase::Seeding => TransferState::Seeding,
                 Phase::Paused | Phase::Failed => TransferState::Stopped,
@@ -49,8 +52,8 @@ pub(super) fn fill(
             v.have_valid = i.bytes_had.min(size);
             v.left_until_done = size - v.have_valid;
             v.size_when_done = size;
-            v.downloaded_ever = i.downloaded.0 + i.downloaded.1;
-            v.uploaded_ever = i.uploaded.0 + i.uploaded.1;
+            v.downloaded_ever = e.earlier.0 + i.downloaded.0 + i.downloaded.1;
+            v.uploaded_ever = e.earlier.1 + i.uploaded.0 + i.uploaded.1;
             let running = matches!(v.state, TransferState::Downloading | TransferState::Seeding);
             if running {
                 v.rate_download = i.download_rate.max(0.0) as u64;
@@ -83,6 +86,8 @@ pub(super) fn fill(
             }
         }
         None => {
+            v.downloaded_ever = e.earlier.0 + e.run.0;
+            v.uploaded_ever = e.earlier.1 + e.run.1;
             v.state = match &absent {
                 Absent::Opening => TransferState::Verifying,
                 Absent::Failed(_) | Absent::Stopped => TransferState::Stopped,

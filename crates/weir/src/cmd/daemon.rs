@@ -221,6 +221,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             state_dir.display()
         );
         let server = server.spawn();
+        let saver = backend.save_periodically(std::time::Duration::from_secs(30));
         let handle = engine.handle();
         let wait = engine.wait();
         tokio::pin!(wait);
@@ -247,7 +248,8 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         };
         tracing::info!("stopping: announcing stopped, flushing storage");
         let _ = server.stop().await;
-        if let Err(e) = backend.persist().await {
+        saver.abort();
+        if let Err(e) = backend.save_all().await {
             tracing::error!("saving the state: {e}");
         }
         handle.stop().await;

@@ -194,7 +194,15 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
             "{name}: {had_then} of {size} verified at the kill, {had_after} read after the restart, {fetched} fetched after it"
         );
     }
+    // The daemon announced its completion: two seeders of each torrent.
+    for h in &hashes {
+        tracker.wait_seeders(h, Duration::from_secs(30), |n| n == 2)?;
+    }
     assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    // SIGTERM announced `stopped`: the tracker forgot the daemon at once.
+    for h in &hashes {
+        assert_eq!(tracker.seeders(h)?, 1, "seeders of {h} after SIGTERM");
+    }
 
     // A clean stop keeps the traffic totals: a third start reads them back,
     // both transfers complete and seeding (6) straight from their journals.

@@ -1,7 +1,7 @@
 //! Debian's `transmission-remote` against the real `weir daemon` in a
 //! network namespace the test creates (only `lo`): add a torrent, list it,
 //! see it complete byte-identical from a libtorrent seeder, stop and start
-//! it, set a cap, remove it with its data, stop the daemon with SIGTERM;
+//! it, verify it after damaging a byte, set a cap, remove it with its data, stop the daemon with SIGTERM;
 //! and a damaged state file refused at start.
 //!
 //! Without root or the programs the tests skip, unless `CI` is set: then
@@ -87,6 +87,29 @@ fn transmission_remote_drives_a_download_from_a_libtorrent_seeder() -> anyhow::R
     wait_for(&ns, &["status"], Duration::from_secs(10), "seeding", |t| {
         num(&t[0], "status") == 6
     })?;
+
+    // Damage one byte on disk: torrent-verify finds the piece bad (256 KiB
+    // pieces), the rest stays verified.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(downloads.join("movie.bin"))?;
+        let mut b = [0u8; 1];
+        f.read_at(&mut b, 5 << 20)?;
+        f.write_at(&[b[0] ^ 0xff], 5 << 20)?;
+        f.sync_all()?;
+    }
+    remote(&ns, &["-t", "1", "--verify"])?;
+    let t = wait_for(
+        &ns,
+        &["haveValid", "status"],
+        Duration::from_secs(30),
+        "verified again",
+        |t| num(&t[0], "status") != 2 && num(&t[0], "haveValid") < size,
+    )?;
+    assert_eq!(num(&t[0], "haveValid"), size - (256 << 10), "{t:?}");
 
     // A session cap, read back.
     remote(&ns, &["-d", "250"])?;

@@ -248,3 +248,78 @@ fn sighup_reloads_the_config_caps_and_session_close_exits_0() -> anyhow::Result<
     assert!(log.contains("the settings in force stay"), "{log}");
     Ok(())
 }
+
+#[test]
+fn an_ed2k_link_added_over_rpc_downloads_and_bad_adds_are_refused() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmed2k")?;
+    let dir = TempDir::new("daemon-ed2k")?;
+    let data = dir.subdir("data")?;
+    let home = dir.subdir("seed-home")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    // Two eD2k parts (9,728,000 bytes each) and a bit.
+    let size: u64 = 20_000_000;
+    payload::write_tree(&data, &[("show.mkv", size)], 5)?;
+    let (_seed, link) = ed2k_seed(&ns, &home, &data.join("show.mkv"), "127.0.0.4:4662")?;
+    let hash = link
+        .split('|')
+        .nth(4)
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    assert_eq!(hash.len(), 32, "{link}");
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+
+    let out = remote(&ns, &["-a", &link])?;
+    assert!(out.contains("responded: \"success\""), "{out}");
+    let t = wait_for(
+        &ns,
+        &["id", "name", "hashString", "totalSize", "haveValid"],
+        Duration::from_secs(120),
+        "eD2k download complete",
+        |t| t.len() == 1 && num(&t[0], "haveValid") == size,
+    )?;
+    assert_eq!(t[0]["hashString"], hash.as_str());
+    assert_eq!(t[0]["name"], "show.mkv");
+    assert_eq!(num(&t[0], "totalSize"), size);
+    payload::files_equal(&data.join("show.mkv"), &downloads.join("show.mkv"))?;
+    let list = remote(&ns, &["-l"])?;
+    let row = list_row(&list, 1).unwrap_or_else(|| panic!("no row 1:\n{list}"));
+    assert_eq!(row[1], "100%", "{list}");
+
+    // What cannot be added says why, and adds nothing.
+    let refused = |args: serde_json::Value| -> String {
+        match rpc(&ns, "torrent-add", args) {
+            Ok(v) => panic!("accepted: {v}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = refused(serde_json::json!({ "metainfo": "bm90IGEgdG9ycmVudA==" }));
+    assert!(e.contains("invalid or corrupt torrent file"), "{e}");
+    let e = refused(serde_json::json!({
+        "filename": "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567"
+    }));
+    assert!(e.contains("magnet"), "{e}");
+    let e = refused(serde_json::json!({ "filename": "ed2k://|file|x|12|nothex|/" }));
+    assert!(e.contains("ed2k"), "{e}");
+    let e = refused(serde_json::json!({ "filename": "/nonexistent/x.torrent" }));
+    assert!(e.contains("/nonexistent/x.torrent"), "{e}");
+    let e = refused(serde_json::json!({
+        "filename": link.replace("show.mkv", "other.mkv").replace(&hash.to_ascii_uppercase(), &"0".repeat(32)),
+        "download-dir": "relative/dir",
+    }));
+    assert!(e.contains("not absolute"), "{e}");
+    assert_eq!(torrents(&ns, &["id"])?.len(), 1);
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}

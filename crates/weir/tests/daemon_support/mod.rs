@@ -267,3 +267,36 @@ pub(crate) fn num(t: &Value, field: &str) -> u64 {
             .map_or_else(|| panic!("{field} not a number in {t}"), |f| f as u64)
     })
 }
+
+/// Starts `weir seed --ed2k FILE` on `addr` in `ns` (its user hash under
+/// `home`); returns it and the link it prints, which names it as the
+/// source.
+pub(crate) fn ed2k_seed(
+    ns: &Netns,
+    home: &Path,
+    file: &Path,
+    addr: &str,
+) -> anyhow::Result<(Proc, String)> {
+    use std::process::Stdio;
+    let mut cmd = ns.command(WEIR);
+    cmd.env("WEIR_ED2K_HOME", home)
+        .env_remove("WEIR_ED2K_USER_HASH")
+        .args(["--allow", "127.0.0.0/8", "seed", "--ed2k"])
+        .arg(file)
+        .args(["--listen", addr, "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut seed = Proc::spawn("weir seed --ed2k", &mut cmd)?;
+    let lines = weir_lab::process::stdout_lines(&mut seed)?;
+    let link = weir_lab::process::wait_line(
+        &lines,
+        Instant::now() + Duration::from_secs(120),
+        "link",
+        |l| l.starts_with("ed2k://"),
+    )?;
+    if !link.contains(&format!("|sources,{addr}|")) {
+        bail!("the link names no source at {addr}: {link}");
+    }
+    Ok((seed, link))
+}

@@ -244,7 +244,7 @@ impl EngineBackend {
         }
         let now = unix_now();
         for (r, (content, parsed)) in state.transfers.into_iter().zip(contents) {
-            let e = entry(r, content, parsed, now);
+            let e = entry(&dir, r, content, parsed, now);
             inner.by_hash.insert(e.base.hash, e.record.id);
             inner.entries.insert(e.record.id, e);
         }
@@ -569,10 +569,13 @@ fn restore(dir: &StateDir, r: &Record) -> Result<(Content, Parsed), StateError> 
     }
 }
 
-fn entry(record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
+fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
     let mut view = parsed.view;
     view.id = record.id;
     view.download_dir = Arc::from(record.download_dir.to_string_lossy().as_ref());
+    if let RecordSource::Torrent { info_hash } = &record.source {
+        view.torrent_file = Arc::from(dir.torrent_path(info_hash).to_string_lossy().as_ref());
+    }
     Entry {
         started: (!record.paused).then_some(now),
         edited: now,
@@ -881,7 +884,7 @@ impl Backend for EngineBackend {
                 downloaded: 0,
                 uploaded: 0,
             };
-            let e = entry(record, content, parsed, now);
+            let e = entry(&self.0.dir, record, content, parsed, now);
             let added = AddedTransfer {
                 id,
                 hash,
@@ -892,7 +895,14 @@ impl Backend for EngineBackend {
             st.files_added += 1;
             added
         };
-        self.persist().await.map_err(state_err)?;
+        if let Err(e) = self.persist().await {
+            // Not durable: not added (a restart would not know it).
+            let mut st = self.lock();
+            st.entries.remove(&added.id);
+            st.by_hash.remove(&hash);
+            st.files_added -= 1;
+            return Err(state_err(e));
+        }
         self.launch(added.id, false);
         Ok(AddOutcome::Added(added))
     }

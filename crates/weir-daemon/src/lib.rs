@@ -27,6 +27,10 @@
 mod args;
 pub mod backend;
 pub mod client;
+#[cfg(any(feature = "fake", feature = "engine"))]
+mod disk;
+#[cfg(feature = "engine")]
+pub mod engine;
 #[cfg(feature = "fake")]
 pub mod fake;
 mod fields;
@@ -35,6 +39,8 @@ mod methods;
 mod rpc;
 pub mod server;
 mod session;
+#[cfg(any(feature = "fake", feature = "engine"))]
+mod sources;
 mod torrents;
 mod web;
 

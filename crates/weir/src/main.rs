@@ -51,6 +51,8 @@ enum Command {
     Sz(cmd::zmodem::SzArgs),
     /// Receive files with ZMODEM (like lrzsz `rz`).
     Rz(cmd::zmodem::RzArgs),
+    /// Run a long-lived session driven over Transmission's RPC (transmission-remote, scripts, a web page).
+    Daemon(cmd::daemon::Args),
     /// Run a small eD2k index server (for LAN swarms and tests).
     #[command(name = "ed2k-server")]
     Ed2kServer(cmd::ed2k::ServerArgs),
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Hash(a) => cmd::hash::run(&ctx, a),
         Command::Sz(a) => cmd::zmodem::run_sz(&ctx, a),
         Command::Rz(a) => cmd::zmodem::run_rz(&ctx, a),
+        Command::Daemon(a) => cmd::daemon::run(&ctx, a),
         Command::Ed2kServer(a) => cmd::ed2k::run_server(&ctx, a),
         Command::Linkem(a) => cmd::linkem::run(&ctx, a),
         Command::Bench(a) => cmd::bench::run(&ctx, a),

@@ -1,7 +1,7 @@
 //! The session: its settings (`session-get` / `session-set`) and figures
 //! (`session-stats`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::SpeedLimit;
@@ -178,6 +178,94 @@ impl Default for SessionSettings {
             script_torrent_done_seeding_enabled: false,
             script_torrent_done_seeding_filename: empty.clone(),
             default_trackers: empty,
+        }
+    }
+}
+
+impl SessionSettings {
+    /// Applies every `Some` of a `session-set` to these settings (what a
+    /// backend reports back; which ones it acts on is its own business).
+    pub fn apply(&mut self, c: SessionChange) {
+        let s = self;
+        macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(x) = c.$f { s.$f = x; } )* };
+    }
+        set!(
+            incomplete_dir_enabled,
+            alt_speed_down,
+            alt_speed_up,
+            alt_speed_enabled,
+            alt_speed_time_enabled,
+            alt_speed_time_begin,
+            alt_speed_time_end,
+            alt_speed_time_day,
+            peer_limit_global,
+            peer_limit_per_torrent,
+            peer_port,
+            peer_port_random_on_start,
+            dht_enabled,
+            pex_enabled,
+            lpd_enabled,
+            utp_enabled,
+            port_forwarding_enabled,
+            encryption,
+            seed_ratio_limit,
+            seed_ratio_limited,
+            idle_seeding_limit,
+            idle_seeding_limit_enabled,
+            download_queue_enabled,
+            download_queue_size,
+            seed_queue_enabled,
+            seed_queue_size,
+            queue_stalled_enabled,
+            queue_stalled_minutes,
+            start_added_torrents,
+            trash_original_torrent_files,
+            rename_partial_files,
+            cache_size_mb,
+            blocklist_enabled,
+            script_torrent_done_enabled,
+            script_torrent_added_enabled,
+            script_torrent_done_seeding_enabled
+        );
+        let arc = |p: &Path| Arc::from(p.to_string_lossy().as_ref());
+        if let Some(d) = &c.download_dir {
+            s.download_dir = arc(d);
+        }
+        if let Some(d) = &c.incomplete_dir {
+            s.incomplete_dir = arc(d);
+        }
+        if let Some(x) = c.speed_limit_down {
+            s.speed_limit_down.kbps = x;
+        }
+        if let Some(x) = c.speed_limit_down_enabled {
+            s.speed_limit_down.enabled = x;
+        }
+        if let Some(x) = c.speed_limit_up {
+            s.speed_limit_up.kbps = x;
+        }
+        if let Some(x) = c.speed_limit_up_enabled {
+            s.speed_limit_up.enabled = x;
+        }
+        for (src, dst) in [
+            (&c.blocklist_url, &mut s.blocklist_url),
+            (
+                &c.script_torrent_done_filename,
+                &mut s.script_torrent_done_filename,
+            ),
+            (
+                &c.script_torrent_added_filename,
+                &mut s.script_torrent_added_filename,
+            ),
+            (
+                &c.script_torrent_done_seeding_filename,
+                &mut s.script_torrent_done_seeding_filename,
+            ),
+            (&c.default_trackers, &mut s.default_trackers),
+        ] {
+            if let Some(x) = src {
+                *dst = Arc::from(x.as_str());
+            }
         }
     }
 }

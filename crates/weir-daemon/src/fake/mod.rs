@@ -15,14 +15,13 @@ use weir_core::policy::NetPolicy;
 
 use crate::backend::*;
 
-mod sources;
-use sources::{from_ed2k, from_magnet, from_metainfo};
+use crate::sources::{Parsed, from_ed2k, from_magnet, from_metainfo, read_bounded};
 
 /// Bytes per second a simulated download moves.
 pub const FAKE_RATE: u64 = 1_000_000;
 
-/// Largest .torrent the fake reads from disk or a URL.
-const MAX_TORRENT: usize = 32 << 20;
+use crate::disk::free_space_of;
+use crate::sources::MAX_TORRENT;
 
 fn now() -> u64 {
     SystemTime::now()
@@ -36,6 +35,17 @@ struct Entry {
     files: Vec<FileView>,
     trackers: Vec<TrackerView>,
     materialized: bool,
+}
+
+impl From<Parsed> for Entry {
+    fn from(p: Parsed) -> Self {
+        Entry {
+            view: Arc::new(p.view),
+            files: p.files,
+            trackers: p.trackers,
+            materialized: false,
+        }
+    }
 }
 
 struct State {
@@ -560,101 +570,6 @@ fn apply_change(e: &mut Entry, c: &TransferChange, t: u64) -> Result<(), Backend
     Ok(())
 }
 
-fn apply_session(s: &mut SessionSettings, c: SessionChange) {
-    macro_rules! set {
-        ($($f:ident),*) => { $( if let Some(x) = c.$f { s.$f = x; } )* };
-    }
-    set!(
-        incomplete_dir_enabled,
-        alt_speed_down,
-        alt_speed_up,
-        alt_speed_enabled,
-        alt_speed_time_enabled,
-        alt_speed_time_begin,
-        alt_speed_time_end,
-        alt_speed_time_day,
-        peer_limit_global,
-        peer_limit_per_torrent,
-        peer_port,
-        peer_port_random_on_start,
-        dht_enabled,
-        pex_enabled,
-        lpd_enabled,
-        utp_enabled,
-        port_forwarding_enabled,
-        encryption,
-        seed_ratio_limit,
-        seed_ratio_limited,
-        idle_seeding_limit,
-        idle_seeding_limit_enabled,
-        download_queue_enabled,
-        download_queue_size,
-        seed_queue_enabled,
-        seed_queue_size,
-        queue_stalled_enabled,
-        queue_stalled_minutes,
-        start_added_torrents,
-        trash_original_torrent_files,
-        rename_partial_files,
-        cache_size_mb,
-        blocklist_enabled,
-        script_torrent_done_enabled,
-        script_torrent_added_enabled,
-        script_torrent_done_seeding_enabled
-    );
-    let arc = |p: &Path| Arc::from(p.to_string_lossy().as_ref());
-    if let Some(d) = &c.download_dir {
-        s.download_dir = arc(d);
-    }
-    if let Some(d) = &c.incomplete_dir {
-        s.incomplete_dir = arc(d);
-    }
-    if let Some(x) = c.speed_limit_down {
-        s.speed_limit_down.kbps = x;
-    }
-    if let Some(x) = c.speed_limit_down_enabled {
-        s.speed_limit_down.enabled = x;
-    }
-    if let Some(x) = c.speed_limit_up {
-        s.speed_limit_up.kbps = x;
-    }
-    if let Some(x) = c.speed_limit_up_enabled {
-        s.speed_limit_up.enabled = x;
-    }
-    for (src, dst) in [
-        (&c.blocklist_url, &mut s.blocklist_url),
-        (
-            &c.script_torrent_done_filename,
-            &mut s.script_torrent_done_filename,
-        ),
-        (
-            &c.script_torrent_added_filename,
-            &mut s.script_torrent_added_filename,
-        ),
-        (
-            &c.script_torrent_done_seeding_filename,
-            &mut s.script_torrent_done_seeding_filename,
-        ),
-        (&c.default_trackers, &mut s.default_trackers),
-    ] {
-        if let Some(x) = src {
-            *dst = Arc::from(x.as_str());
-        }
-    }
-}
-
-fn free_space_of(path: &Path) -> Result<FreeSpace, BackendError> {
-    let st = nix::sys::statvfs::statvfs(path).map_err(|e| BackendError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::from(e),
-    })?;
-    let frag = st.fragment_size() as u64;
-    Ok(FreeSpace {
-        free: st.blocks_available() as u64 * frag,
-        total: st.blocks() as u64 * frag,
-    })
-}
-
 impl Backend for FakeBackend {
     async fn session(&self) -> Result<SessionSettings, BackendError> {
         let mut s = self.lock().settings.clone();
@@ -665,7 +580,7 @@ impl Backend for FakeBackend {
     }
 
     async fn set_session(&self, change: SessionChange) -> Result<(), BackendError> {
-        apply_session(&mut self.lock().settings, change);
+        self.lock().settings.apply(change);
         Ok(())
     }
 
@@ -752,7 +667,7 @@ impl Backend for FakeBackend {
             AddSource::Magnet(link) => from_magnet(link)?,
             AddSource::Ed2k(link) => from_ed2k(link)?,
         };
-        self.insert(entry, &req)
+        self.insert(entry.into(), &req)
     }
 
     async fn change(&self, select: Selection, change: TransferChange) -> Result<(), BackendError> {
@@ -912,18 +827,6 @@ fn move_in_queue(st: &mut State, id: TransferId, to: impl Fn(usize, usize) -> us
             }
         }
     }
-}
-
-fn read_bounded(p: &Path) -> Result<Vec<u8>, BackendError> {
-    let bad = |e: std::io::Error| BackendError::InvalidTorrent(format!("{}: {e}", p.display()));
-    let meta = std::fs::metadata(p).map_err(bad)?;
-    if meta.len() > MAX_TORRENT as u64 {
-        return Err(BackendError::InvalidTorrent(format!(
-            "{}: larger than {MAX_TORRENT} bytes",
-            p.display()
-        )));
-    }
-    std::fs::read(p).map_err(bad)
 }
 
 #[cfg(test)]

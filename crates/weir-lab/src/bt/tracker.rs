@@ -98,39 +98,60 @@ impl<'a> Tracker<'a> {
     /// namespace, retried until `timeout`. A leecher started next then finds
     /// the seeder on its first announce.
     pub fn wait_seeder(&self, info_hash_hex: &str, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_seeders(info_hash_hex, timeout, |n| n >= 1)
+            .map(|_| ())
+    }
+
+    /// Waits until the number of seeders the tracker lists for the torrent
+    /// satisfies `ok` (a scrape every 200 ms until `timeout`); the count.
+    pub fn wait_seeders(
+        &self,
+        info_hash_hex: &str,
+        timeout: Duration,
+        ok: impl Fn(u64) -> bool,
+    ) -> anyhow::Result<u64> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let seeders = self.seeders(info_hash_hex)?;
+            if ok(seeders) {
+                return Ok(seeders);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "the tracker at {} lists {seeders} seeders of {info_hash_hex} after {timeout:?}",
+                    self.addr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The seeders (`complete`) an HTTP scrape from inside the namespace
+    /// reports for the torrent (0 if it does not know it).
+    pub fn seeders(&self, info_hash_hex: &str) -> anyhow::Result<u64> {
         use std::io::{Read, Write};
         let q: String = (0..info_hash_hex.len() / 2)
             .map(|i| format!("%{}", &info_hash_hex[2 * i..2 * i + 2]))
             .collect();
         let addr = self.addr;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let seeders = self.ns.run_in(|| -> anyhow::Result<u64> {
-                let mut s = std::net::TcpStream::connect(addr)?;
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                write!(
-                    s,
-                    "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
-                )?;
-                let mut body = Vec::new();
-                s.read_to_end(&mut body)?;
-                // "...8:completei<N>e..." in the bencoded answer.
-                let text = String::from_utf8_lossy(&body);
-                Ok(text
-                    .split("8:completei")
-                    .nth(1)
-                    .and_then(|t| t.split('e').next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0))
-            })?;
-            if seeders >= 1 {
-                return Ok(());
-            }
-            if std::time::Instant::now() > deadline {
-                bail!("the tracker at {addr} never listed a seeder of {info_hash_hex}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        self.ns.run_in(|| -> anyhow::Result<u64> {
+            let mut s = std::net::TcpStream::connect(addr)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            write!(
+                s,
+                "GET /scrape?info_hash={q} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
+            )?;
+            let mut body = Vec::new();
+            s.read_to_end(&mut body)?;
+            // "...8:completei<N>e..." in the bencoded answer.
+            let text = String::from_utf8_lossy(&body);
+            Ok(text
+                .split("8:completei")
+                .nth(1)
+                .and_then(|t| t.split('e').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0))
+        })
     }
 
     /// Stops and starts it again (forgets every peer).

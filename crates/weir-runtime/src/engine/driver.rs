@@ -672,7 +672,7 @@ impl Driver {
                     geometry,
                     digests: Some(weir_bt::torrent::Torrent::digests(&src.meta)),
                     id: src.meta.info_hash.to_vec(),
-                    stem: hex16(&src.meta.info_hash),
+                    stem: torrent_stem(&src.meta.info_hash),
                     name: src.meta.info.name.clone(),
                 };
                 let mut opts = src.open;
@@ -742,24 +742,50 @@ impl Driver {
             Command::Pause(id) => self.session.pause(id, now),
             Command::Resume(id) => self.session.resume(id, now),
             Command::Remove(id, reply) => {
-                let ok = self.session.remove(id, now);
-                if let Some(Store::Running(d)) = self.stores.remove(&id) {
-                    tokio::task::spawn_blocking(move || d.close());
-                }
-                if let Some(f) = self.forwarders.remove(&id) {
-                    f.abort();
-                }
-                if let Some(a) = self.announcers.remove(&id) {
-                    tokio::spawn(a.stop());
-                }
+                let ok = self.remove(id, now, None);
                 let _ = reply.send(ok);
+            }
+            Command::RemoveClosed(id, reply) => {
+                self.remove(id, now, Some(reply));
             }
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.infos(now));
             }
             Command::StartAccepting => self.start_accepting(),
+            Command::Pieces(id, reply) => {
+                let had = self.session.torrent(id).map(|t| t.content().had().clone());
+                let _ = reply.send(had);
+            }
             Command::Stop => self.stopping = true,
         }
+    }
+
+    /// Forgets a transfer, closes its storage on a blocking thread and
+    /// stops its trackers; `closed` (if any) is answered once the storage
+    /// is closed.
+    fn remove(
+        &mut self,
+        id: TransferId,
+        now: Instant,
+        closed: Option<oneshot::Sender<bool>>,
+    ) -> bool {
+        let ok = self.session.remove(id, now);
+        let store = self.stores.remove(&id);
+        if let Some(f) = self.forwarders.remove(&id) {
+            f.abort();
+        }
+        if let Some(a) = self.announcers.remove(&id) {
+            tokio::spawn(a.stop());
+        }
+        tokio::task::spawn_blocking(move || {
+            if let Some(Store::Running(d)) = store {
+                d.close();
+            }
+            if let Some(reply) = closed {
+                let _ = reply.send(ok);
+            }
+        });
+        ok
     }
 
     /// Opens storage on a blocking thread (existing data is hashed there);
@@ -971,7 +997,8 @@ impl Driver {
     }
 }
 
-fn hex16(h: &[u8; 20]) -> String {
+/// A torrent's storage stem (journal and lock names).
+pub(crate) fn torrent_stem(h: &[u8; 20]) -> String {
     h.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 

@@ -177,6 +177,59 @@ pub struct Summary {
     pub elapsed: Duration,
 }
 
+/// Where a transfer keeps its data: the directory storage opens (a
+/// multi-file torrent's own folder under the download directory), its
+/// files in it, and the files storage keeps beside them (journal, lock).
+/// A front end that removes a transfer with its data deletes these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataPaths {
+    /// The directory storage opens.
+    pub root: PathBuf,
+    /// The data files, relative to `root`.
+    pub files: Vec<PathBuf>,
+    /// The journal and the lock, relative to `root`.
+    pub side: Vec<PathBuf>,
+    /// Whether `root` is the transfer's own folder (made for it, removed
+    /// with its data when empty), not the download directory itself.
+    pub own_root: bool,
+}
+
+impl DataPaths {
+    /// A torrent's under the download directory `dir`.
+    pub fn torrent(meta: &Metainfo, dir: &std::path::Path) -> Self {
+        // Storage opens the download directory itself; a multi-file
+        // torrent's folder is part of its files' paths (removed once empty
+        // with them).
+        DataPaths {
+            own_root: false,
+            root: dir.to_path_buf(),
+            files: crate::bt::layout(meta)
+                .files()
+                .iter()
+                .map(|f| f.path.clone())
+                .collect(),
+            side: side(&driver::torrent_stem(&meta.info_hash)),
+        }
+    }
+
+    /// An eD2k file's under the download directory `dir`.
+    pub fn ed2k(link: &FileLink, dir: &std::path::Path) -> Self {
+        DataPaths {
+            root: dir.to_path_buf(),
+            files: vec![PathBuf::from(&link.name)],
+            side: side(&crate::ed2k::client::journal_stem(&link.hash)),
+            own_root: false,
+        }
+    }
+}
+
+fn side(stem: &str) -> Vec<PathBuf> {
+    crate::storage::side_files(stem)
+        .into_iter()
+        .map(PathBuf::from)
+        .collect()
+}
+
 /// Commands to the driver.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -196,8 +249,14 @@ pub(crate) enum Command {
     Pause(TransferId),
     Resume(TransferId),
     Remove(TransferId, oneshot::Sender<bool>),
+    /// As `Remove`, answered once the storage is closed.
+    RemoveClosed(TransferId, oneshot::Sender<bool>),
     Snapshot(oneshot::Sender<Vec<TransferInfo>>),
     StartAccepting,
+    Pieces(
+        TransferId,
+        oneshot::Sender<Option<weir_core::bitfield::Bitfield>>,
+    ),
     Stop,
 }
 
@@ -358,6 +417,23 @@ impl EngineHandle {
         let (tx, rx) = oneshot::channel();
         self.command(Command::Remove(id, tx)).await;
         rx.await.unwrap_or(false)
+    }
+
+    /// Removes a transfer and answers once its storage is closed (its
+    /// writes done, its journal and lock released), so that the caller may
+    /// then delete or move its files ([`DataPaths`]).
+    pub async fn remove_closed(&self, id: TransferId) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::RemoveClosed(id, tx)).await;
+        rx.await.unwrap_or(false)
+    }
+
+    /// A torrent transfer's verified pieces now (`None`: no such
+    /// transfer, or no BitTorrent side).
+    pub async fn pieces(&self, id: TransferId) -> Option<weir_core::bitfield::Bitfield> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Pieces(id, tx)).await;
+        rx.await.ok().flatten()
     }
 
     /// Every transfer now.

@@ -31,7 +31,7 @@ pub(crate) struct DownloadLock {
 impl DownloadLock {
     /// Takes the lock `.weir-lock-<stem>` in `dir`, or says who holds it.
     pub(crate) fn take(dir: Arc<SafeDir>, stem: &str) -> Result<Self, OpenError> {
-        let name = format!(".weir-lock-{stem}");
+        let name = name(stem);
         let shown = dir.path().join(&name);
         for _ in 0..8 {
             let f = dir
@@ -101,4 +101,9 @@ impl Drop for DownloadLock {
         let _ = self.dir.unlink(&self.name);
         drop(self.file.take());
     }
+}
+
+/// The lock's file name for `stem`.
+pub(crate) fn name(stem: &str) -> String {
+    format!(".weir-lock-{stem}")
 }

@@ -55,6 +55,14 @@ use files::{Files, WriteError};
 use journal::{Journal, Note};
 use weir_core::resume::Record;
 
+/// The names of the files storage keeps next to a transfer's data in its
+/// directory (the resume journal and the lock), for a transfer named
+/// `stem` ([`TransferSpec::stem`]): what removing a transfer's data must
+/// delete besides its files.
+pub fn side_files(stem: &str) -> [String; 2] {
+    [journal::name(stem), lock::name(stem)]
+}
+
 /// Bytes submitted and not yet written (see [`DiskStorage::backlog`]) above
 /// which a driver stops reading its connections' packets: a few pieces or
 /// eD2k parts' worth, so memory stays bounded when hashing or the disk is

@@ -3,6 +3,7 @@
 
 pub(crate) mod bench;
 pub(crate) mod create;
+pub(crate) mod daemon;
 pub(crate) mod demo;
 pub(crate) mod ed2k;
 pub(crate) mod get;

@@ -1,14 +1,64 @@
-//! Transfers from what `torrent-add` names: a .torrent, a magnet, an ed2k
-//! link (parsed with weir's own parsers, as the engine will).
+//! Views of what `torrent-add` names: a .torrent, a magnet, an ed2k link
+//! (parsed with weir's own parsers), shared by the fake and the engine
+//! backends: the parts of a [`TransferView`] the content itself decides
+//! (name, sizes, pieces, files, trackers, the link).
 
+use std::path::Path;
 use std::sync::Arc;
 
-use super::Entry;
+use weir_bt::metainfo::Metainfo;
+use weir_ed2k::link::FileLink;
+
 use crate::backend::*;
 
-pub(super) fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
-    let m = weir_bt::metainfo::Metainfo::from_bytes(bytes)
-        .map_err(|e| BackendError::InvalidTorrent(e.to_string()))?;
+/// Largest .torrent read from disk or a URL.
+pub(crate) const MAX_TORRENT: usize = 32 << 20;
+
+/// A transfer's view as its content describes it, with its files and
+/// trackers (progress and state are the backend's to fill).
+pub(crate) struct Parsed {
+    pub(crate) view: TransferView,
+    pub(crate) files: Vec<FileView>,
+    pub(crate) trackers: Vec<TrackerView>,
+}
+
+/// Parses a .torrent's bytes.
+pub(crate) fn parse_metainfo(bytes: &[u8]) -> Result<Metainfo, BackendError> {
+    Metainfo::from_bytes(bytes).map_err(|e| BackendError::InvalidTorrent(e.to_string()))
+}
+
+/// Parses an `ed2k://|file|...|/` link.
+pub(crate) fn parse_ed2k(link: &str) -> Result<FileLink, BackendError> {
+    FileLink::parse(link).map_err(|e| BackendError::InvalidTorrent(format!("bad ed2k link: {e}")))
+}
+
+/// Reads a .torrent from the daemon's disk, refusing one past
+/// [`MAX_TORRENT`].
+pub(crate) fn read_bounded(p: &Path) -> Result<Vec<u8>, BackendError> {
+    use std::io::Read;
+    let bad = |e: std::io::Error| BackendError::InvalidTorrent(format!("{}: {e}", p.display()));
+    let f = std::fs::File::open(p).map_err(bad)?;
+    let mut data = Vec::new();
+    f.take(MAX_TORRENT as u64 + 1)
+        .read_to_end(&mut data)
+        .map_err(bad)?;
+    if data.len() > MAX_TORRENT {
+        return Err(BackendError::InvalidTorrent(format!(
+            "{}: larger than {MAX_TORRENT} bytes",
+            p.display()
+        )));
+    }
+    Ok(data)
+}
+
+/// The view of a .torrent's bytes.
+#[cfg(feature = "fake")]
+pub(crate) fn from_metainfo(bytes: &[u8]) -> Result<Parsed, BackendError> {
+    Ok(of_metainfo(&parse_metainfo(bytes)?))
+}
+
+/// The view of a torrent.
+pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     let hash = TransferHash::Bt(m.info_hash);
     let mut v = TransferView::new(0, hash, m.info.name.as_str());
     let total = m.info.total_length();
@@ -67,12 +117,11 @@ pub(super) fn from_metainfo(bytes: &[u8]) -> Result<Entry, BackendError> {
     }
     v.size_when_done = total;
     v.left_until_done = total;
-    Ok(Entry {
-        view: Arc::new(v),
+    Parsed {
+        view: v,
         files,
         trackers,
-        materialized: false,
-    })
+    }
 }
 
 fn percent_encode(s: &str) -> String {
@@ -87,6 +136,7 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
+#[cfg(feature = "fake")]
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -114,7 +164,9 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-pub(super) fn from_magnet(link: &str) -> Result<Entry, BackendError> {
+/// The view of a magnet link (no metadata yet).
+#[cfg(feature = "fake")]
+pub(crate) fn from_magnet(link: &str) -> Result<Parsed, BackendError> {
     let bad = |why: &str| BackendError::InvalidTorrent(format!("bad magnet link: {why}"));
     let query = link
         .get(..8)
@@ -159,17 +211,21 @@ pub(super) fn from_magnet(link: &str) -> Result<Entry, BackendError> {
             ..TrackerView::default()
         })
         .collect();
-    Ok(Entry {
-        view: Arc::new(v),
+    Ok(Parsed {
+        view: v,
         files: Vec::new(),
         trackers,
-        materialized: false,
     })
 }
 
-pub(super) fn from_ed2k(link: &str) -> Result<Entry, BackendError> {
-    let l = weir_ed2k::link::FileLink::parse(link)
-        .map_err(|e| BackendError::InvalidTorrent(format!("bad ed2k link: {e}")))?;
+/// The view of an ed2k link.
+#[cfg(feature = "fake")]
+pub(crate) fn from_ed2k(link: &str) -> Result<Parsed, BackendError> {
+    Ok(of_link(&parse_ed2k(link)?))
+}
+
+/// The view of an eD2k file.
+pub(crate) fn of_link(l: &FileLink) -> Parsed {
     let hash = TransferHash::Ed2k(l.hash.0);
     let mut v = TransferView::new(0, hash, l.name.as_str());
     const PART: u64 = 9_728_000;
@@ -189,12 +245,11 @@ pub(super) fn from_ed2k(link: &str) -> Result<Entry, BackendError> {
         begin_piece: 0,
         end_piece: v.piece_count,
     }];
-    Ok(Entry {
-        view: Arc::new(v),
+    Parsed {
+        view: v,
         files,
         trackers: Vec::new(),
-        materialized: false,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,464 @@
+//! The RPC methods of [`EngineBackend`]: each a few engine commands and a
+//! durable state write around the daemon's table of transfers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use weir_session::TransferInfo;
+
+use super::state::{Record, RecordSource, StateError};
+use super::view::{self, Absent};
+use super::{Content, EngineBackend, EngineId, Entry, Infos, Orphan, delete_data, entry, unix_now};
+use crate::backend::*;
+use crate::disk::free_space_of;
+use crate::sources::{MAX_TORRENT, of_link, of_metainfo, parse_ed2k, parse_metainfo};
+
+fn state_err(e: StateError) -> BackendError {
+    match e {
+        StateError::Io { path, source } => BackendError::Io { path, source },
+        e @ StateError::Corrupt { .. } => BackendError::Invalid(e.to_string()),
+    }
+}
+
+impl Backend for EngineBackend {
+    async fn session(&self) -> Result<SessionSettings, BackendError> {
+        let mut s = self.lock().settings.clone();
+        s.download_dir_free_space = free_space_of(Path::new(&*s.download_dir))
+            .ok()
+            .map(|f| f.free);
+        Ok(s)
+    }
+
+    async fn set_session(&self, change: SessionChange) -> Result<(), BackendError> {
+        if let Some(d) = &change.download_dir {
+            if !d.is_absolute() {
+                return Err(BackendError::PathNotAbsolute(d.clone()));
+            }
+        }
+        let caps_changed = change.speed_limit_down.is_some()
+            || change.speed_limit_down_enabled.is_some()
+            || change.speed_limit_up.is_some()
+            || change.speed_limit_up_enabled.is_some();
+        let (down, up) = {
+            let mut st = self.lock();
+            st.settings.apply(change);
+            // What weir does not do stays off whatever was asked.
+            st.settings.blocklist_enabled = false;
+            st.settings.peer_port = self.0.cfg.peer_port;
+            (st.settings.speed_limit_down, st.settings.speed_limit_up)
+        };
+        if caps_changed {
+            self.set_caps(Some(down), Some(up))
+                .await
+                .map_err(state_err)?;
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<SessionStats, BackendError> {
+        let infos = self.snapshot().await;
+        let st = self.lock();
+        let mut s = SessionStats {
+            torrent_count: st.entries.len() as u64,
+            ..SessionStats::default()
+        };
+        for e in st.entries.values() {
+            if e.record.paused {
+                s.paused_torrent_count += 1;
+            } else {
+                s.active_torrent_count += 1;
+            }
+        }
+        for i in &infos {
+            s.download_speed += i.download_rate.max(0.0) as u64;
+            s.upload_speed += i.upload_rate.max(0.0) as u64;
+            s.current.downloaded_bytes += i.downloaded.0 + i.downloaded.1;
+            s.current.uploaded_bytes += i.uploaded.0 + i.uploaded.1;
+        }
+        s.current.files_added = st.files_added;
+        s.current.session_count = 1;
+        s.current.seconds_active = unix_now().saturating_sub(st.started);
+        // Earlier runs: the traffic of the transfers still here (run counts
+        // and times of earlier runs are not kept).
+        s.cumulative = s.current;
+        for e in st.entries.values() {
+            s.cumulative.downloaded_bytes += e.earlier.0;
+            s.cumulative.uploaded_bytes += e.earlier.1;
+        }
+        Ok(s)
+    }
+
+    async fn transfers(&self, query: TransferQuery) -> Result<TransferList, BackendError> {
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let now = unix_now();
+        let mut pieces = HashMap::new();
+        if query.detail.files || query.detail.pieces {
+            let torrents: Vec<(TransferId, EngineId)> = {
+                let st = self.lock();
+                st.selected(&query.select, Some(&by_eid))
+                    .into_iter()
+                    .filter_map(|id| {
+                        let e = &st.entries[&id];
+                        matches!(e.content, Content::Torrent(_))
+                            .then_some(e.engine_id.map(|eid| (id, eid)))
+                            .flatten()
+                    })
+                    .collect()
+            };
+            for (id, eid) in torrents {
+                if let Some(bits) = self.0.engine.pieces(eid).await {
+                    pieces.insert(id, bits);
+                }
+            }
+        }
+        let mut newly_done = false;
+        let list = {
+            let mut st = self.lock();
+            let ids = st.selected(&query.select, Some(&by_eid));
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                let info = e.engine_id.and_then(|eid| by_eid.get(&eid).copied());
+                if let Some(i) = info {
+                    e.saw(i);
+                }
+                let complete = |i: &TransferInfo| i.size > 0 && i.bytes_had >= i.size;
+                if e.record.done.is_none() && info.is_some_and(complete) {
+                    e.record.done = Some(now);
+                    newly_done = true;
+                }
+                let absent = if let Some(f) = &e.failed {
+                    Absent::Failed(f.clone())
+                } else if e.adding {
+                    Absent::Opening
+                } else {
+                    Absent::Stopped
+                };
+                out.push(Arc::new(view::fill(
+                    e,
+                    info,
+                    absent,
+                    pieces.get(&id),
+                    query.detail,
+                    now,
+                )));
+            }
+            let removed = if query.select == Selection::RecentlyActive {
+                let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+                st.removed
+                    .iter()
+                    .filter(|(_, t)| *t >= cutoff)
+                    .map(|(id, _)| *id)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            TransferList {
+                transfers: out,
+                removed,
+            }
+        };
+        if newly_done {
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.persist().await {
+                    tracing::warn!("saving the state: {e}");
+                }
+            });
+        }
+        Ok(list)
+    }
+
+    async fn add(&self, req: AddRequest) -> Result<AddOutcome, BackendError> {
+        let (content, parsed, torrent) = match &req.source {
+            AddSource::Metainfo(b) => {
+                let m = parse_metainfo(b)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(b.to_vec()))
+            }
+            AddSource::Path(path) => {
+                let path = path.clone();
+                let data = tokio::task::spawn_blocking(move || crate::sources::read_bounded(&path))
+                    .await
+                    .map_err(|e| BackendError::Invalid(e.to_string()))??;
+                let m = parse_metainfo(&data)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(data))
+            }
+            AddSource::Url(url) => {
+                let data = crate::client::fetch(
+                    &self.0.cfg.policy,
+                    url,
+                    req.cookies.as_deref(),
+                    MAX_TORRENT,
+                    Duration::from_secs(20),
+                )
+                .await
+                .map_err(|e| BackendError::Fetch(format!("{url}: {e}")))?;
+                let m = parse_metainfo(&data)?;
+                let p = of_metainfo(&m);
+                (Content::Torrent(Arc::new(m)), p, Some(data.to_vec()))
+            }
+            AddSource::Magnet(_) => {
+                return Err(BackendError::Unsupported(
+                    "magnet links are not supported by weir's engine yet; add the .torrent",
+                ));
+            }
+            AddSource::Ed2k(link) => {
+                let l = parse_ed2k(link)?;
+                let p = of_link(&l);
+                (Content::Ed2k(l), p, None)
+            }
+        };
+        if !req.files_unwanted.is_empty() || !req.priority_high.is_empty() {
+            tracing::warn!(
+                "{}: file selection and priorities are not supported yet; every file is fetched",
+                parsed.view.name
+            );
+        }
+        let hash = parsed.view.hash;
+        let (dir, paused) = {
+            let st = self.lock();
+            if let Some(id) = st.by_hash.get(&hash) {
+                return Ok(AddOutcome::Duplicate(AddedTransfer {
+                    id: *id,
+                    hash,
+                    name: st.entries[id].base.name.clone(),
+                }));
+            }
+            let dir = req
+                .download_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&*st.settings.download_dir));
+            let paused = req.paused.unwrap_or(!st.settings.start_added_torrents);
+            (dir, paused)
+        };
+        if !dir.is_absolute() {
+            return Err(BackendError::PathNotAbsolute(dir));
+        }
+        let source = match &content {
+            Content::Torrent(_) => RecordSource::Torrent {
+                info_hash: hash.to_hex(),
+            },
+            Content::Ed2k(l) => RecordSource::Ed2k { link: l.to_link() },
+        };
+        if let Some(data) = torrent {
+            let sd = self.0.dir.clone();
+            let hex = hash.to_hex();
+            tokio::task::spawn_blocking(move || sd.save_torrent(&hex, &data))
+                .await
+                .map_err(|e| BackendError::Invalid(e.to_string()))?
+                .map_err(state_err)?;
+        }
+        let now = unix_now();
+        let added = {
+            let mut st = self.lock();
+            if let Some(id) = st.by_hash.get(&hash) {
+                // Added meanwhile by another request.
+                return Ok(AddOutcome::Duplicate(AddedTransfer {
+                    id: *id,
+                    hash,
+                    name: st.entries[id].base.name.clone(),
+                }));
+            }
+            let id = st.next_id;
+            st.next_id += 1;
+            let record = Record {
+                id,
+                source,
+                download_dir: dir,
+                paused,
+                labels: req.labels.clone(),
+                added: now,
+                done: None,
+                downloaded: 0,
+                uploaded: 0,
+            };
+            let e = entry(&self.0.dir, record, content, parsed, now);
+            let added = AddedTransfer {
+                id,
+                hash,
+                name: e.base.name.clone(),
+            };
+            st.by_hash.insert(hash, id);
+            st.entries.insert(id, e);
+            st.files_added += 1;
+            added
+        };
+        if let Err(e) = self.persist().await {
+            // Not durable: not added (a restart would not know it).
+            let mut st = self.lock();
+            st.entries.remove(&added.id);
+            st.by_hash.remove(&hash);
+            st.files_added -= 1;
+            return Err(state_err(e));
+        }
+        self.launch(added.id, false);
+        Ok(AddOutcome::Added(added))
+    }
+
+    async fn change(&self, select: Selection, change: TransferChange) -> Result<(), BackendError> {
+        let rest = TransferChange {
+            labels: None,
+            ..change.clone()
+        };
+        if rest != TransferChange::default() {
+            return Err(BackendError::Unsupported(
+                "torrent-set: weir's engine backend changes only labels so far",
+            ));
+        }
+        if let Some(labels) = change.labels {
+            {
+                let mut st = self.lock();
+                let now = unix_now();
+                for id in st.selected(&select, None) {
+                    if let Some(e) = st.entries.get_mut(&id) {
+                        e.record.labels = labels.clone();
+                        e.edited = now;
+                    }
+                }
+            }
+            self.persist().await.map_err(state_err)?;
+        }
+        Ok(())
+    }
+
+    async fn act(&self, select: Selection, action: Action) -> Result<(), BackendError> {
+        let pause = match action {
+            Action::Start | Action::StartNow => false,
+            Action::Stop => true,
+            Action::Verify => return self.verify(select).await,
+            Action::Reannounce => {
+                return Err(BackendError::Unsupported(
+                    "torrent-reannounce is not supported by weir's engine yet",
+                ));
+            }
+            Action::QueueTop | Action::QueueUp | Action::QueueDown | Action::QueueBottom => {
+                return Err(BackendError::Unsupported(
+                    "weir has no download queue: every transfer runs",
+                ));
+            }
+        };
+        let (targets, restart) = {
+            let mut st = self.lock();
+            let now = unix_now();
+            let mut targets = Vec::new();
+            let mut restart = Vec::new();
+            for id in st.selected(&select, None) {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                if e.record.paused == pause && e.failed.is_none() {
+                    continue;
+                }
+                e.record.paused = pause;
+                e.edited = now;
+                if !pause {
+                    e.started = Some(now);
+                }
+                match e.engine_id {
+                    Some(eid) => targets.push(eid),
+                    // Refused before: starting it tries again.
+                    None if !pause && e.failed.is_some() => restart.push(id),
+                    None => {}
+                }
+            }
+            (targets, restart)
+        };
+        for eid in targets {
+            if pause {
+                self.0.engine.pause(eid).await;
+            } else {
+                self.0.engine.resume(eid).await;
+            }
+        }
+        for id in restart {
+            self.launch(id, false);
+        }
+        self.persist().await.map_err(state_err)
+    }
+
+    async fn remove(&self, select: Selection, delete_local_data: bool) -> Result<(), BackendError> {
+        let taken: Vec<(Entry, bool)> = {
+            let mut st = self.lock();
+            let now = unix_now();
+            let ids = st.selected(&select, None);
+            let mut taken = Vec::new();
+            for id in ids {
+                let Some(e) = st.entries.remove(&id) else {
+                    continue;
+                };
+                st.by_hash.remove(&e.base.hash);
+                st.removed.push((id, now));
+                if e.adding {
+                    let paths = e.content.paths(&e.record.download_dir);
+                    st.orphans.insert(
+                        id,
+                        Orphan {
+                            paths,
+                            delete: delete_local_data,
+                        },
+                    );
+                }
+                // An ed2k link that joined a torrent shares its transfer.
+                let shared = e
+                    .engine_id
+                    .is_some_and(|eid| st.entries.values().any(|o| o.engine_id == Some(eid)));
+                taken.push((e, shared));
+            }
+            let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+            st.removed.retain(|(_, t)| *t >= cutoff);
+            taken
+        };
+        if taken.is_empty() {
+            return Ok(());
+        }
+        self.persist().await.map_err(state_err)?;
+        for (e, shared) in taken {
+            if let RecordSource::Torrent { info_hash } = &e.record.source {
+                self.0.dir.remove_torrent(info_hash);
+            }
+            if shared {
+                continue;
+            }
+            if let Some(eid) = e.engine_id {
+                self.0.engine.remove_closed(eid).await;
+            }
+            if delete_local_data && !e.adding {
+                delete_data(e.content.paths(&e.record.download_dir)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn set_location(
+        &self,
+        _select: Selection,
+        _location: PathBuf,
+        _move_data: bool,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "torrent-set-location is not supported by weir's engine yet",
+        ))
+    }
+
+    async fn free_space(&self, path: PathBuf) -> Result<FreeSpace, BackendError> {
+        free_space_of(&path)
+    }
+
+    async fn port_is_open(&self) -> Result<bool, BackendError> {
+        Ok(self.0.cfg.peer_port != 0)
+    }
+
+    async fn close(&self) -> Result<(), BackendError> {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.close.notify_waiters();
+        Ok(())
+    }
+}

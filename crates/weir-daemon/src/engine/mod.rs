@@ -1,0 +1,620 @@
+//! [`EngineBackend`]: the daemon's [`Backend`] over the engine
+//! (`weir_runtime::engine`), every transfer of every protocol in its one
+//! session, with crash-safe state ([`state`]).
+//!
+//! - RPC ids are the daemon's own, kept in the state file: stable across
+//!   restarts, never reused. Each maps to the engine's transfer once its
+//!   storage is open.
+//! - `torrent-add` keeps a copy of the .torrent in the state directory and
+//!   writes the state durably before it answers; the engine then opens the
+//!   storage in the background (data already on disk is checked there) and
+//!   the transfer reads as verifying meanwhile.
+//! - At start every transfer of the state comes back (paused ones paused);
+//!   the storage journals say which pieces are verified.
+//! - Session caps are shared token buckets the engine's connections obey:
+//!   `session-set` (and the daemon's config reload) change their rates.
+
+mod methods;
+pub mod state;
+mod view;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use weir_bt::metainfo::Metainfo;
+use weir_core::policy::NetPolicy;
+use weir_ed2k::link::FileLink;
+use weir_runtime::bandwidth::SharedBucket;
+use weir_runtime::engine::{DataPaths, Ed2kSource, EngineHandle, TorrentSource};
+use weir_runtime::storage::OpenOptions;
+use weir_session::TransferInfo;
+
+use crate::backend::*;
+use crate::sources::{Parsed, of_link, of_metainfo, parse_ed2k, parse_metainfo};
+use state::{Record, RecordSource, SavedCaps, State, StateDir, StateError};
+
+/// The engine's name for a transfer.
+type EngineId = weir_session::TransferId;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// How the backend runs.
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    /// The state directory (`--state`).
+    pub state_dir: PathBuf,
+    /// The default download directory (`--download-dir`), absolute.
+    pub download_dir: PathBuf,
+    /// The port BitTorrent peers reach us on (0: not listening).
+    pub peer_port: u16,
+    /// Where URL fetches may go.
+    pub policy: NetPolicy,
+    /// The engine's global download bucket (its rate is the session cap).
+    pub down: Arc<SharedBucket>,
+    /// The engine's global upload bucket.
+    pub up: Arc<SharedBucket>,
+}
+
+/// What a transfer is made of.
+#[derive(Clone, Debug)]
+enum Content {
+    Torrent(Arc<Metainfo>),
+    Ed2k(FileLink),
+}
+
+impl Content {
+    fn paths(&self, dir: &Path) -> DataPaths {
+        match self {
+            Content::Torrent(m) => DataPaths::torrent(m, dir),
+            Content::Ed2k(l) => DataPaths::ed2k(l, dir),
+        }
+    }
+}
+
+/// One transfer of the daemon.
+pub(crate) struct Entry {
+    record: Record,
+    content: Content,
+    /// What the content says (name, sizes, pieces, link), id and directory
+    /// set.
+    base: Arc<TransferView>,
+    files: Vec<FileView>,
+    trackers: Vec<TrackerView>,
+    engine_id: Option<EngineId>,
+    /// Its storage is being opened.
+    adding: bool,
+    /// The engine refused it.
+    failed: Option<Arc<str>>,
+    started: Option<u64>,
+    edited: u64,
+    /// Payload bytes of earlier runs (download, upload).
+    earlier: (u64, u64),
+    /// Payload bytes of this run, as last read from the engine.
+    run: (u64, u64),
+}
+
+impl Entry {
+    /// Takes this run's traffic from the engine's figures.
+    fn saw(&mut self, i: &TransferInfo) {
+        self.run = (i.downloaded.0 + i.downloaded.1, i.uploaded.0 + i.uploaded.1);
+    }
+
+    /// The record as it is to be saved: traffic of every run so far.
+    fn to_record(&self) -> Record {
+        Record {
+            downloaded: self.earlier.0 + self.run.0,
+            uploaded: self.earlier.1 + self.run.1,
+            ..self.record.clone()
+        }
+    }
+}
+
+/// A transfer removed while its storage was being opened: removed from the
+/// engine once the add completes.
+struct Orphan {
+    paths: DataPaths,
+    delete: bool,
+}
+
+struct Inner {
+    settings: SessionSettings,
+    entries: BTreeMap<TransferId, Entry>,
+    by_hash: HashMap<TransferHash, TransferId>,
+    orphans: HashMap<TransferId, Orphan>,
+    removed: Vec<(TransferId, u64)>,
+    next_id: TransferId,
+    caps: SavedCaps,
+    started: u64,
+    files_added: u64,
+}
+
+impl Inner {
+    fn to_state(&self) -> State {
+        State {
+            next_id: self.next_id,
+            transfers: self.entries.values().map(Entry::to_record).collect(),
+            caps: self.caps,
+        }
+    }
+
+    fn selected(&self, select: &Selection, infos: Option<&Infos<'_>>) -> Vec<TransferId> {
+        let cutoff = unix_now().saturating_sub(RECENTLY_ACTIVE_SECS);
+        self.entries
+            .values()
+            .filter(|e| match select {
+                Selection::RecentlyActive => {
+                    e.edited >= cutoff
+                        || e.record.done.is_some_and(|d| d >= cutoff)
+                        || e.engine_id
+                            .and_then(|id| infos.and_then(|m| m.get(&id)))
+                            .is_some_and(|i| i.download_rate > 0.0 || i.upload_rate > 0.0)
+                }
+                s => s.matches(e.record.id, &e.base.hash),
+            })
+            .map(|e| e.record.id)
+            .collect()
+    }
+}
+
+type Infos<'a> = HashMap<EngineId, &'a TransferInfo>;
+
+struct Shared {
+    engine: EngineHandle,
+    cfg: BackendConfig,
+    dir: StateDir,
+    inner: Mutex<Inner>,
+    /// Serializes state writes (each writes the state as it is when it
+    /// starts, so a later write never loses an earlier change).
+    save: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+    close: Notify,
+}
+
+/// The daemon's backend over a running engine.
+#[derive(Clone)]
+pub struct EngineBackend(Arc<Shared>);
+
+impl std::fmt::Debug for EngineBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBackend")
+            .field("state_dir", &self.0.cfg.state_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rate of a cap in bytes/s (0: unlimited).
+fn cap_rate(l: SpeedLimit) -> u64 {
+    if l.enabled {
+        l.kbps.saturating_mul(1000)
+    } else {
+        0
+    }
+}
+
+impl EngineBackend {
+    /// Loads the state under `cfg.state_dir` and starts every transfer it
+    /// lists in `engine`. A damaged state file, or a kept .torrent that is
+    /// missing or does not match, is refused with an error naming it.
+    pub async fn start(cfg: BackendConfig, engine: EngineHandle) -> Result<Self, StateError> {
+        let dir = StateDir::open(&cfg.state_dir)?;
+        let (dir, state, contents) = tokio::task::spawn_blocking(move || {
+            let state = dir.load()?;
+            let mut contents = Vec::with_capacity(state.transfers.len());
+            for r in &state.transfers {
+                contents.push(restore(&dir, r)?);
+            }
+            Ok::<_, StateError>((dir, state, contents))
+        })
+        .await
+        .map_err(|e| StateError::Io {
+            path: cfg.state_dir.clone(),
+            source: std::io::Error::other(e),
+        })??;
+        let settings = SessionSettings {
+            download_dir: Arc::from(cfg.download_dir.to_string_lossy().as_ref()),
+            config_dir: Arc::from(cfg.state_dir.to_string_lossy().as_ref()),
+            peer_port: cfg.peer_port,
+            ..SessionSettings::default()
+        };
+        let mut inner = Inner {
+            settings,
+            entries: BTreeMap::new(),
+            by_hash: HashMap::new(),
+            orphans: HashMap::new(),
+            removed: Vec::new(),
+            next_id: state.next_id.max(1),
+            caps: state.caps,
+            started: unix_now(),
+            files_added: 0,
+        };
+        if let Some((kbps, enabled)) = state.caps.down {
+            inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };
+        }
+        if let Some((kbps, enabled)) = state.caps.up {
+            inner.settings.speed_limit_up = SpeedLimit { kbps, enabled };
+        }
+        let now = unix_now();
+        for (r, (content, parsed)) in state.transfers.into_iter().zip(contents) {
+            let e = entry(&dir, r, content, parsed, now);
+            inner.by_hash.insert(e.base.hash, e.record.id);
+            inner.entries.insert(e.record.id, e);
+        }
+        let ids: Vec<TransferId> = inner.entries.keys().copied().collect();
+        let backend = EngineBackend(Arc::new(Shared {
+            engine,
+            cfg,
+            dir,
+            inner: Mutex::new(inner),
+            save: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+            close: Notify::new(),
+        }));
+        backend.apply_caps();
+        for id in ids {
+            backend.launch(id, false);
+        }
+        Ok(backend)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data: go on.
+        self.0.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of transfers.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sets the session caps (bytes/s of 1000-byte kB, `None`: leave as
+    /// is), as a config reload does; they persist like `session-set`.
+    pub async fn set_caps(
+        &self,
+        down: Option<SpeedLimit>,
+        up: Option<SpeedLimit>,
+    ) -> Result<(), StateError> {
+        {
+            let mut st = self.lock();
+            if let Some(d) = down {
+                st.settings.speed_limit_down = d;
+                st.caps.down = Some((d.kbps, d.enabled));
+            }
+            if let Some(u) = up {
+                st.settings.speed_limit_up = u;
+                st.caps.up = Some((u.kbps, u.enabled));
+            }
+        }
+        self.apply_caps();
+        self.persist().await
+    }
+
+    fn apply_caps(&self) {
+        let (down, up) = {
+            let st = self.lock();
+            (st.settings.speed_limit_down, st.settings.speed_limit_up)
+        };
+        self.0.cfg.down.set_rate(cap_rate(down));
+        self.0.cfg.up.set_rate(cap_rate(up));
+    }
+
+    /// Waits for `session-close`.
+    pub async fn wait_closed(&self) {
+        loop {
+            let notified = self.0.close.notified();
+            if self.0.closed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Reads every transfer's traffic from the engine, then writes the
+    /// state (what a clean stop and the periodic save do).
+    pub async fn save_all(&self) -> Result<(), StateError> {
+        let infos = self.snapshot().await;
+        {
+            let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+            let mut st = self.lock();
+            for e in st.entries.values_mut() {
+                if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                    e.saw(i);
+                }
+            }
+        }
+        self.persist().await
+    }
+
+    /// Saves the state every `every` while traffic changes, so that a
+    /// kill -9 loses at most that much of the traffic totals.
+    pub fn save_periodically(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t.tick().await;
+            let mut last = Vec::new();
+            loop {
+                t.tick().await;
+                let totals: Vec<(TransferId, u64, u64)> = {
+                    let infos = me.snapshot().await;
+                    let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+                    let mut st = me.lock();
+                    st.entries
+                        .values_mut()
+                        .map(|e| {
+                            if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                                e.saw(i);
+                            }
+                            (e.record.id, e.run.0, e.run.1)
+                        })
+                        .collect()
+                };
+                if totals != last {
+                    if let Err(e) = me.persist().await {
+                        tracing::warn!("saving the state: {e}");
+                    }
+                    last = totals;
+                }
+            }
+        })
+    }
+
+    /// Writes the state durably.
+    pub async fn persist(&self) -> Result<(), StateError> {
+        let _order = self.0.save.lock().await;
+        let state = self.lock().to_state();
+        let dir = self.0.dir.clone();
+        tokio::task::spawn_blocking(move || dir.save(&state))
+            .await
+            .map_err(|e| StateError::Io {
+                path: self.0.dir.state_path(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
+    /// Starts transfer `id` in the engine (its storage opens in the
+    /// background; with `recheck` every piece on disk is hashed again
+    /// instead of trusting the journal).
+    fn launch(&self, id: TransferId, recheck: bool) {
+        let (content, dir, paused) = {
+            let mut st = self.lock();
+            let Some(e) = st.entries.get_mut(&id) else {
+                return;
+            };
+            e.adding = true;
+            e.failed = None;
+            (
+                e.content.clone(),
+                e.record.download_dir.clone(),
+                e.record.paused,
+            )
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let open = OpenOptions {
+                recheck,
+                ..OpenOptions::download()
+            };
+            let r = match content {
+                Content::Torrent(meta) => {
+                    me.0.engine
+                        .add_torrent(TorrentSource {
+                            meta,
+                            dir,
+                            open,
+                            peers: Vec::new(),
+                            seed: true,
+                            paused,
+                        })
+                        .await
+                }
+                Content::Ed2k(link) => {
+                    me.0.engine
+                        .add_ed2k(Ed2kSource {
+                            link,
+                            dir,
+                            open,
+                            peers: Vec::new(),
+                            seed: true,
+                        })
+                        .await
+                }
+            };
+            me.added(id, paused, r).await;
+        });
+    }
+
+    /// The engine's answer to [`launch`](Self::launch).
+    async fn added(
+        &self,
+        id: TransferId,
+        passed_paused: bool,
+        r: Result<EngineId, weir_runtime::engine::EngineError>,
+    ) {
+        enum Then {
+            Nothing,
+            Pause(EngineId),
+            Resume(EngineId),
+            Drop(EngineId, Orphan),
+        }
+        let then = {
+            let mut st = self.lock();
+            if let Some(o) = st.orphans.remove(&id) {
+                match r {
+                    Ok(eid) => Then::Drop(eid, o),
+                    Err(_) => Then::Nothing,
+                }
+            } else if let Some(e) = st.entries.get_mut(&id) {
+                e.adding = false;
+                match r {
+                    Ok(eid) => {
+                        e.engine_id = Some(eid);
+                        let is_ed2k = matches!(e.content, Content::Ed2k(_));
+                        if e.record.paused && (is_ed2k || !passed_paused) {
+                            Then::Pause(eid)
+                        } else if !e.record.paused && passed_paused {
+                            Then::Resume(eid)
+                        } else {
+                            Then::Nothing
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("{}: {err}", e.base.name);
+                        e.failed = Some(Arc::from(err.to_string().as_str()));
+                        Then::Nothing
+                    }
+                }
+            } else {
+                Then::Nothing
+            }
+        };
+        match then {
+            Then::Nothing => {}
+            Then::Pause(eid) => self.0.engine.pause(eid).await,
+            Then::Resume(eid) => self.0.engine.resume(eid).await,
+            Then::Drop(eid, o) => {
+                self.0.engine.remove_closed(eid).await;
+                if o.delete {
+                    delete_data(o.paths).await;
+                }
+            }
+        }
+    }
+
+    /// `torrent-verify`: each selected transfer leaves the engine (its
+    /// storage closed) and comes back with every piece on disk hashed
+    /// again; it reads as verifying meanwhile.
+    async fn verify(&self, select: Selection) -> Result<(), BackendError> {
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let targets: Vec<(TransferId, EngineId)> = {
+            let mut st = self.lock();
+            let now = unix_now();
+            let ids = st.selected(&select, None);
+            let mut out = Vec::new();
+            for id in ids {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                if e.adding {
+                    continue;
+                }
+                e.edited = now;
+                if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                    e.saw(i);
+                }
+                if let Some(eid) = e.engine_id.take() {
+                    e.adding = true;
+                    // The engine's counters restart with the new transfer.
+                    e.earlier = (e.earlier.0 + e.run.0, e.earlier.1 + e.run.1);
+                    e.run = (0, 0);
+                    out.push((id, eid));
+                }
+            }
+            out
+        };
+        for (id, eid) in targets {
+            self.0.engine.remove_closed(eid).await;
+            self.launch(id, true);
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&self) -> Vec<TransferInfo> {
+        self.0.engine.snapshot().await
+    }
+}
+
+/// A record's content from the state directory.
+fn restore(dir: &StateDir, r: &Record) -> Result<(Content, Parsed), StateError> {
+    match &r.source {
+        RecordSource::Torrent { info_hash } => {
+            let path = dir.torrent_path(info_hash);
+            let data = dir.read_torrent(info_hash)?;
+            let meta = parse_metainfo(&data).map_err(|e| StateError::Corrupt {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
+            if TransferHash::Bt(meta.info_hash).to_hex() != info_hash.to_ascii_lowercase() {
+                return Err(StateError::Corrupt {
+                    path,
+                    why: format!("its info-hash is not {info_hash}"),
+                });
+            }
+            let parsed = of_metainfo(&meta);
+            Ok((Content::Torrent(Arc::new(meta)), parsed))
+        }
+        RecordSource::Ed2k { link } => {
+            let l = parse_ed2k(link).map_err(|e| StateError::Corrupt {
+                path: dir.state_path(),
+                why: format!("transfer {}: {e}", r.id),
+            })?;
+            let parsed = of_link(&l);
+            Ok((Content::Ed2k(l), parsed))
+        }
+    }
+}
+
+fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
+    let mut view = parsed.view;
+    view.id = record.id;
+    view.download_dir = Arc::from(record.download_dir.to_string_lossy().as_ref());
+    if let RecordSource::Torrent { info_hash } = &record.source {
+        view.torrent_file = Arc::from(dir.torrent_path(info_hash).to_string_lossy().as_ref());
+    }
+    Entry {
+        started: (!record.paused).then_some(now),
+        edited: now,
+        earlier: (record.downloaded, record.uploaded),
+        run: (0, 0),
+        base: Arc::new(view),
+        files: parsed.files,
+        trackers: parsed.trackers,
+        engine_id: None,
+        adding: false,
+        failed: None,
+        content,
+        record,
+    }
+}
+
+/// Deletes a transfer's files, its journal and lock, and the folder made
+/// for it once empty. Never follows a link out of the folder: a data path
+/// that is a link is removed as a link.
+async fn delete_data(p: DataPaths) {
+    let _ = tokio::task::spawn_blocking(move || {
+        for rel in p.files.iter().chain(&p.side) {
+            let path = p.root.join(rel);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("{}: {e}", path.display()),
+            }
+            // Folders inside the transfer's root, once empty.
+            let mut d = path.parent();
+            while let Some(dir) = d {
+                if dir == p.root || !dir.starts_with(&p.root) || std::fs::remove_dir(dir).is_err() {
+                    break;
+                }
+                d = dir.parent();
+            }
+        }
+        if p.own_root {
+            let _ = std::fs::remove_dir(&p.root);
+        }
+    })
+    .await;
+}

@@ -1,0 +1,441 @@
+//! The daemon's crash-safe state under `--state DIR`: the list of
+//! transfers with their settings, and a copy of each .torrent.
+//!
+//! Files are written whole to a temporary name, fsync'd, renamed over the
+//! old one, and the directory fsync'd: a kill -9 (or a power cut) at any
+//! instant leaves the old file or the new one, never a mix. The state file
+//! carries its length and a CRC-32 of its body in a header line, so a file
+//! damaged some other way (a torn copy, a disk fault, an editor) is refused
+//! with an error naming it, never trusted silently.
+//!
+//! ```text
+//! weir-daemon-state 1 <crc32 hex> <body length>\n
+//! <body: JSON>
+//! ```
+//!
+//! The verified pieces are not here: each transfer's storage journal keeps
+//! them next to its data (see `weir_runtime::storage`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The state file's name in the state directory.
+pub const STATE_FILE: &str = "transfers.state";
+/// The directory of .torrent copies in the state directory.
+pub const TORRENTS_DIR: &str = "torrents";
+/// The first word of the header line.
+const MAGIC: &str = "weir-daemon-state";
+/// The format version this code writes and reads.
+const VERSION: u32 = 1;
+/// Largest state file read (a million transfers' records fit).
+const MAX_STATE: u64 = 512 << 20;
+
+/// Why the state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file could not be read, written or synced.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is damaged or not a state file: it is not used (move it
+    /// away to start with no transfers).
+    #[error("{path}: not a valid weir daemon state file ({why}); refusing to use it")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// What a transfer is made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordSource {
+    /// A torrent whose .torrent is `torrents/<info_hash>.torrent`.
+    Torrent {
+        /// 40 lower-case hex digits.
+        info_hash: String,
+    },
+    /// An eD2k file.
+    Ed2k {
+        /// Its `ed2k://|file|...|/` link.
+        link: String,
+    },
+}
+
+/// One transfer and its settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The RPC id (stable across restarts, never reused).
+    pub id: u64,
+    /// What it is.
+    pub source: RecordSource,
+    /// Its download directory.
+    pub download_dir: PathBuf,
+    /// Stopped by the user.
+    pub paused: bool,
+    /// Labels.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Unix time added.
+    pub added: u64,
+    /// Unix time completed, once it has.
+    #[serde(default)]
+    pub done: Option<u64>,
+    /// Payload bytes downloaded over all runs, as of this save.
+    #[serde(default)]
+    pub downloaded: u64,
+    /// Payload bytes uploaded over all runs, as of this save.
+    #[serde(default)]
+    pub uploaded: u64,
+}
+
+/// Session settings that persist (what `session-set` changed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedCaps {
+    /// Download cap, kB/s, and whether it applies.
+    pub down: Option<(u64, bool)>,
+    /// Upload cap, kB/s, and whether it applies.
+    pub up: Option<(u64, bool)>,
+}
+
+/// The whole state file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// The next id to give.
+    pub next_id: u64,
+    /// Every transfer, in id order.
+    pub transfers: Vec<Record>,
+    /// Session caps set over RPC.
+    #[serde(default)]
+    pub caps: SavedCaps,
+}
+
+impl State {
+    /// Encodes the file: header line and body.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain structs of strings and numbers cannot fail.
+        let body = serde_json::to_vec(self).unwrap_or_default();
+        let mut out = format!(
+            "{MAGIC} {VERSION} {:08x} {}\n",
+            crc32fast::hash(&body),
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Decodes a file read from `path` (named in errors).
+    pub fn decode(data: &[u8], path: &Path) -> Result<State, StateError> {
+        let bad = |why: String| StateError::Corrupt {
+            path: path.to_path_buf(),
+            why,
+        };
+        let nl = data
+            .iter()
+            .take(128)
+            .position(|b| *b == b'\n')
+            .ok_or_else(|| bad("no header line".into()))?;
+        let header =
+            std::str::from_utf8(&data[..nl]).map_err(|_| bad("header is not text".into()))?;
+        let mut w = header.split(' ');
+        if w.next() != Some(MAGIC) {
+            return Err(bad("no weir-daemon-state header".into()));
+        }
+        let version: u32 = w
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| bad("no version".into()))?;
+        if version != VERSION {
+            return Err(bad(format!(
+                "version {version}; this weir reads version {VERSION}"
+            )));
+        }
+        let crc = w
+            .next()
+            .filter(|c| c.len() == 8)
+            .and_then(|c| u32::from_str_radix(c, 16).ok())
+            .ok_or_else(|| bad("no checksum".into()))?;
+        let len: usize = w
+            .next()
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| bad("no length".into()))?;
+        if w.next().is_some() {
+            return Err(bad("extra words in the header".into()));
+        }
+        let body = &data[nl + 1..];
+        if body.len() != len {
+            return Err(bad(format!(
+                "{} bytes of body, the header says {len} (torn or truncated)",
+                body.len()
+            )));
+        }
+        if crc32fast::hash(body) != crc {
+            return Err(bad("checksum mismatch (damaged)".into()));
+        }
+        let state: State =
+            serde_json::from_slice(body).map_err(|e| bad(format!("bad body: {e}")))?;
+        let mut ids = std::collections::BTreeSet::new();
+        for r in &state.transfers {
+            if !ids.insert(r.id) {
+                return Err(bad(format!("transfer id {} appears twice", r.id)));
+            }
+            if r.id == 0 || r.id >= state.next_id {
+                return Err(bad(format!(
+                    "transfer id {} is outside 1..{}",
+                    r.id, state.next_id
+                )));
+            }
+            if let RecordSource::Torrent { info_hash } = &r.source {
+                if info_hash.len() != 40 || !info_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(bad(format!("transfer {}: bad info-hash", r.id)));
+                }
+            }
+        }
+        Ok(state)
+    }
+}
+
+/// The state directory: loads and saves [`State`] and the .torrent copies.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    /// Opens (creating) `dir` and its `torrents/` folder.
+    pub fn open(dir: &Path) -> Result<StateDir, StateError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateError::Io { path, source }
+        };
+        let torrents = dir.join(TORRENTS_DIR);
+        std::fs::create_dir_all(&torrents).map_err(io(&torrents))?;
+        Ok(StateDir {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The state file's path.
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.join(STATE_FILE)
+    }
+
+    /// Where the .torrent of `info_hash` (hex) is kept.
+    pub fn torrent_path(&self, info_hash: &str) -> PathBuf {
+        self.dir
+            .join(TORRENTS_DIR)
+            .join(format!("{info_hash}.torrent"))
+    }
+
+    /// Reads the state; a missing file is an empty state (first start).
+    pub fn load(&self) -> Result<State, StateError> {
+        use std::io::Read;
+        let path = self.state_path();
+        let f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(State {
+                    next_id: 1,
+                    ..State::default()
+                });
+            }
+            Err(source) => return Err(StateError::Io { path, source }),
+        };
+        let mut data = Vec::new();
+        f.take(MAX_STATE + 1)
+            .read_to_end(&mut data)
+            .map_err(|source| StateError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        if data.len() as u64 > MAX_STATE {
+            return Err(StateError::Corrupt {
+                path,
+                why: format!("larger than {MAX_STATE} bytes"),
+            });
+        }
+        State::decode(&data, &path)
+    }
+
+    /// Writes the state durably (temporary file, fsync, rename, directory
+    /// fsync).
+    pub fn save(&self, state: &State) -> Result<(), StateError> {
+        write_durably(&self.state_path(), &state.encode())
+    }
+
+    /// Keeps a copy of a .torrent (durably, before the state names it).
+    pub fn save_torrent(&self, info_hash: &str, data: &[u8]) -> Result<PathBuf, StateError> {
+        let path = self.torrent_path(info_hash);
+        write_durably(&path, data)?;
+        Ok(path)
+    }
+
+    /// Reads a kept .torrent.
+    pub fn read_torrent(&self, info_hash: &str) -> Result<Vec<u8>, StateError> {
+        let path = self.torrent_path(info_hash);
+        std::fs::read(&path).map_err(|source| StateError::Io { path, source })
+    }
+
+    /// Deletes a kept .torrent (after the state no longer names it).
+    pub fn remove_torrent(&self, info_hash: &str) {
+        let path = self.torrent_path(info_hash);
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("{}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// Writes `data` to `path` so that after a crash `path` holds either its
+/// old content or all of `data`.
+pub fn write_durably(path: &Path, data: &[u8]) -> Result<(), StateError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StateError::Io { path: p, source }
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = dir.join(name);
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(data).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> State {
+        State {
+            next_id: 4,
+            transfers: vec![
+                Record {
+                    id: 1,
+                    source: RecordSource::Torrent {
+                        info_hash: "ab".repeat(20),
+                    },
+                    download_dir: "/data".into(),
+                    paused: false,
+                    labels: vec!["tv".into()],
+                    added: 1_700_000_000,
+                    done: None,
+                    downloaded: 5,
+                    uploaded: 0,
+                },
+                Record {
+                    id: 3,
+                    source: RecordSource::Ed2k {
+                        link: "ed2k://|file|a.bin|10|D3B6B09D73D3FE0DD41DDE5ED244215A|/".into(),
+                    },
+                    download_dir: "/data".into(),
+                    paused: true,
+                    labels: vec![],
+                    added: 1_700_000_001,
+                    done: Some(1_700_000_100),
+                    downloaded: 10,
+                    uploaded: 1 << 40,
+                },
+            ],
+            caps: SavedCaps {
+                down: Some((100, true)),
+                up: None,
+            },
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = sample();
+        let p = Path::new("/x/transfers.state");
+        assert_eq!(State::decode(&s.encode(), p).unwrap(), s);
+    }
+
+    #[test]
+    fn every_truncation_and_flip_is_refused() {
+        let data = sample().encode();
+        let p = Path::new("/x/transfers.state");
+        for cut in 0..data.len() {
+            match State::decode(&data[..cut], p) {
+                Err(StateError::Corrupt { path, .. }) => assert_eq!(path, p),
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+        for i in 0..data.len() {
+            let mut d = data.clone();
+            d[i] ^= 0x01;
+            assert!(
+                matches!(State::decode(&d, p), Err(StateError::Corrupt { .. })),
+                "flip at {i} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_and_bad_records_are_refused() {
+        let p = Path::new("/s/transfers.state");
+        for g in [
+            &b""[..],
+            b"hello\n{}",
+            b"weir-daemon-state 2 00000000 2\n{}",
+            b"\x00\x01\x02",
+        ] {
+            let e = State::decode(g, p).unwrap_err();
+            assert!(e.to_string().contains("/s/transfers.state"), "{e}");
+            assert!(matches!(e, StateError::Corrupt { .. }));
+        }
+        let mut s = sample();
+        s.transfers[1].id = 1;
+        assert!(matches!(
+            State::decode(&s.encode(), p),
+            Err(StateError::Corrupt { why, .. }) if why.contains("twice")
+        ));
+        let mut s = sample();
+        s.next_id = 2;
+        assert!(matches!(
+            State::decode(&s.encode(), p),
+            Err(StateError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn saves_durably_and_loads() {
+        let dir = std::env::temp_dir().join(format!("weir-state-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let sd = StateDir::open(&dir).unwrap();
+        assert_eq!(sd.load().unwrap().transfers.len(), 0);
+        let s = sample();
+        sd.save(&s).unwrap();
+        assert_eq!(sd.load().unwrap(), s);
+        assert!(!dir.join("transfers.state.tmp").exists());
+        std::fs::write(sd.state_path(), b"weir-daemon-state 1 deadbeef 3\nabc").unwrap();
+        assert!(matches!(sd.load(), Err(StateError::Corrupt { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

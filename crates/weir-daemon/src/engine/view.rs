@@ -1,0 +1,193 @@
+//! A transfer's [`TransferView`] from what the engine says of it
+//! ([`TransferInfo`]) over what its content and the daemon's record say.
+
+use std::sync::Arc;
+
+use weir_core::bitfield::Bitfield;
+use weir_session::{Phase, TransferInfo};
+
+use super::Entry;
+use crate::backend::*;
+
+/// What the view of a transfer not (yet) in the engine says.
+pub(super) enum Absent {
+    /// Its storage is being opened (data on disk hashed).
+    Opening,
+    /// The engine refused it; why.
+    Failed(Arc<str>),
+    /// Stopped before it was started.
+    Stopped,
+}
+
+/// The view of `e` at `now` (Unix seconds), with the parts `detail` asks.
+pub(super) fn fill(
+    e: &Entry,
+    info: Option<&TransferInfo>,
+    absent: Absent,
+    pieces: Option<&Bitfield>,
+    detail: Detail,
+    now: u64,
+) -> TransferView {
+    let mut v = (*e.base).clone();
+    v.labels = Arc::from(e.record.labels.clone());
+    v.added_date = e.record.added;
+    v.done_date = e.record.done;
+    v.start_date = e.started;
+    v.edit_date = Some(e.edited);
+    let size = v.total_size;
+    match info {
+        Some(i) => {
+            v.state = match i.phase {
+                Phase::Checking => TransferState::Verifying,
+                // Complete from the start (its journal says so), the
+                // session has no completion time for it: it seeds.
+                Phase::Downloading if size > 0 && i.bytes_had >= size => TransferState::Seeding,
+                Phase::Downloading => TransferState::Downloading,
+                Phase::Seeding => TransferState::Seeding,
+                Phase::Paused | Phase::Failed => TransferState::Stopped,
+            };
+            if let Some(err) = &i.error {
+                v.error = TransferError::Local(Arc::from(err.as_str()));
+            }
+            v.have_valid = i.bytes_had.min(size);
+            v.left_until_done = size - v.have_valid;
+            v.size_when_done = size;
+            v.downloaded_ever = e.earlier.0 + i.downloaded.0 + i.downloaded.1;
+            v.uploaded_ever = e.earlier.1 + i.uploaded.0 + i.uploaded.1;
+            let running = matches!(v.state, TransferState::Downloading | TransferState::Seeding);
+            if running {
+                v.rate_download = i.download_rate.max(0.0) as u64;
+                v.rate_upload = i.upload_rate.max(0.0) as u64;
+                v.peers_connected = i.peers as u32;
+            }
+            // The session counts connections, not who sends what: a peer
+            // counts as sending while data arrives, as getting while data
+            // leaves.
+            if v.rate_download > 0 {
+                v.peers_sending_to_us = v.peers_connected;
+            }
+            if v.rate_upload > 0 {
+                v.peers_getting_from_us = v.peers_connected;
+            }
+            v.eta = match v.state {
+                TransferState::Downloading if v.rate_download > 0 => {
+                    Eta::Secs(v.left_until_done / v.rate_download)
+                }
+                TransferState::Downloading => Eta::Unknown,
+                _ => Eta::NotAvailable,
+            };
+            v.upload_ratio = match (v.uploaded_ever, v.downloaded_ever) {
+                (0, 0) => Ratio::NotAvailable,
+                (_, 0) => Ratio::Infinite,
+                (u, d) => Ratio::Value(u as f64 / d as f64),
+            };
+            if v.rate_download > 0 || v.rate_upload > 0 {
+                v.activity_date = Some(now);
+            }
+        }
+        None => {
+            v.downloaded_ever = e.earlier.0 + e.run.0;
+            v.uploaded_ever = e.earlier.1 + e.run.1;
+            v.state = match &absent {
+                Absent::Opening => TransferState::Verifying,
+                Absent::Failed(_) | Absent::Stopped => TransferState::Stopped,
+            };
+            if let Absent::Failed(why) = absent {
+                v.error = TransferError::Local(why);
+            }
+        }
+    }
+    if detail.files {
+        v.files = e.files.clone();
+        match (v.files.as_mut_slice(), pieces) {
+            ([only], _) => only.bytes_completed = v.have_valid,
+            (files, Some(bits)) => file_progress(files, bits, v.piece_size, size),
+            (files, None) => {
+                // No piece map (not in the engine yet): complete or nothing.
+                let complete = size > 0 && v.have_valid == size;
+                for f in files {
+                    f.bytes_completed = if complete { f.length } else { 0 };
+                }
+            }
+        }
+    }
+    if detail.pieces {
+        if let Some(bits) = pieces {
+            v.pieces = bytes::Bytes::copy_from_slice(bits.as_bytes());
+        }
+    }
+    if detail.trackers {
+        v.trackers = e.trackers.clone();
+    }
+    v
+}
+
+/// Each file's verified bytes: the parts of its range in verified pieces
+/// (files are in content order, so their offsets add up).
+fn file_progress(files: &mut [FileView], bits: &Bitfield, piece: u64, total: u64) {
+    if piece == 0 || bits.is_empty() {
+        for f in files {
+            f.bytes_completed = 0;
+        }
+        return;
+    }
+    let mut offset = 0u64;
+    for f in files {
+        let (start, end) = (offset, offset + f.length);
+        offset = end;
+        f.bytes_completed = 0;
+        if f.length == 0 {
+            continue;
+        }
+        let first = (start / piece) as u32;
+        let last = ((end - 1) / piece) as u32;
+        for p in first..=last.min(bits.len().saturating_sub(1)) {
+            if bits.get(p) {
+                let ps = u64::from(p) * piece;
+                let pe = (ps + piece).min(total);
+                f.bytes_completed += pe.min(end).saturating_sub(ps.max(start));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(length: u64) -> FileView {
+        FileView {
+            name: Arc::from("f"),
+            length,
+            bytes_completed: 0,
+            wanted: true,
+            priority: Priority::Normal,
+            begin_piece: 0,
+            end_piece: 0,
+        }
+    }
+
+    #[test]
+    fn files_count_the_verified_pieces_under_them() {
+        // Pieces of 100 bytes; files of 150, 0, 100 and 55 bytes (305).
+        let mut files = vec![file(150), file(0), file(100), file(55)];
+        let mut bits = Bitfield::new(4);
+        bits.set(1); // 100..200: 50 of file 0, 50 of file 2
+        bits.set(3); // 300..305: the last 5 of file 3
+        file_progress(&mut files, &bits, 100, 305);
+        let got: Vec<u64> = files.iter().map(|f| f.bytes_completed).collect();
+        assert_eq!(got, vec![50, 0, 50, 5]);
+        for i in 0..4 {
+            bits.set(i);
+        }
+        file_progress(&mut files, &bits, 100, 305);
+        let got: Vec<u64> = files.iter().map(|f| f.bytes_completed).collect();
+        assert_eq!(got, vec![150, 0, 100, 55]);
+        // A map shorter than the files (bad input) does not panic.
+        file_progress(&mut files, &Bitfield::new(1), 100, 305);
+        assert!(files.iter().all(|f| f.bytes_completed == 0));
+        file_progress(&mut files, &Bitfield::new(0), 100, 305);
+        file_progress(&mut files, &Bitfield::full(4), 0, 305);
+        assert!(files.iter().all(|f| f.bytes_completed == 0));
+    }
+}

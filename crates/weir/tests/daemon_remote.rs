@@ -1,0 +1,325 @@
+//! Debian's `transmission-remote` against the real `weir daemon` in a
+//! network namespace the test creates (only `lo`): add a torrent, list it,
+//! see it complete byte-identical from a libtorrent seeder, stop and start
+//! it, verify it after damaging a byte, set a cap, remove it with its data, stop the daemon with SIGTERM;
+//! and a damaged state file refused at start.
+//!
+//! Without root or the programs the tests skip, unless `CI` is set: then
+//! they fail.
+
+mod daemon_support;
+
+use std::time::Duration;
+
+use daemon_support::*;
+use weir_lab::{Netns, TempDir, payload};
+
+#[test]
+fn transmission_remote_drives_a_download_from_a_libtorrent_seeder() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmremote")?;
+    let dir = TempDir::new("daemon-remote")?;
+    let data = dir.subdir("data")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    let size: u64 = 24 << 20;
+    let torrent = file_and_torrent(&data, "movie.bin", size, 7)?;
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+    let _seed = seeder(&ns, &torrent, &data, "127.0.0.1:6881", None, true)?;
+
+    let out = remote(&ns, &["-a", torrent.to_str().unwrap()])?;
+    assert!(out.contains("responded: \"success\""), "{out}");
+    // The same torrent again: a duplicate, not a second transfer.
+    remote(&ns, &["-a", torrent.to_str().unwrap()])?;
+    let list = remote(&ns, &["-l"])?;
+    let row = list_row(&list, 1).unwrap_or_else(|| panic!("no row 1:\n{list}"));
+    assert_eq!(row.last().map(String::as_str), Some("movie.bin"), "{list}");
+    assert!(list_row(&list, 2).is_none(), "{list}");
+
+    let t = wait_for(
+        &ns,
+        &["id", "percentDone", "haveValid", "status"],
+        Duration::from_secs(120),
+        "download complete",
+        |t| t.len() == 1 && num(&t[0], "haveValid") == size,
+    )?;
+    assert_eq!(num(&t[0], "id"), 1);
+    payload::files_equal(&data.join("movie.bin"), &downloads.join("movie.bin"))?;
+
+    let list = remote(&ns, &["-l"])?;
+    let row = list_row(&list, 1).unwrap_or_else(|| panic!("no row 1:\n{list}"));
+    assert_eq!(row[1], "100%", "{list}");
+    let info = remote(&ns, &["-t", "1", "-i"])?;
+    for want in [
+        "  Name: movie.bin",
+        "  Percent Done: 100%",
+        "  Total size: 25.17 MB (25.17 MB wanted)",
+        &format!("  Location: {}", downloads.display()),
+    ] {
+        assert!(info.contains(want), "missing {want:?} in:\n{info}");
+    }
+    // Downloaded this run: the whole file, not much more.
+    let got = torrents(&ns, &["downloadedEver"])?;
+    let down = num(&got[0], "downloadedEver");
+    assert!(
+        (size..size + (2 << 20)).contains(&down),
+        "downloadedEver {down} for {size}"
+    );
+
+    // Stop, start: the status follows (0 stopped, 6 seeding).
+    remote(&ns, &["-t", "1", "-S"])?;
+    wait_for(&ns, &["status"], Duration::from_secs(10), "stopped", |t| {
+        num(&t[0], "status") == 0
+    })?;
+    let list = remote(&ns, &["-l"])?;
+    assert!(list.contains("Stopped"), "{list}");
+    remote(&ns, &["-t", "1", "-s"])?;
+    wait_for(&ns, &["status"], Duration::from_secs(10), "seeding", |t| {
+        num(&t[0], "status") == 6
+    })?;
+
+    // Damage one byte on disk: torrent-verify finds the piece bad (256 KiB
+    // pieces), the rest stays verified.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(downloads.join("movie.bin"))?;
+        let mut b = [0u8; 1];
+        f.read_at(&mut b, 5 << 20)?;
+        f.write_at(&[b[0] ^ 0xff], 5 << 20)?;
+        f.sync_all()?;
+    }
+    remote(&ns, &["-t", "1", "--verify"])?;
+    let t = wait_for(
+        &ns,
+        &["haveValid", "status"],
+        Duration::from_secs(30),
+        "verified again",
+        |t| num(&t[0], "status") != 2 && num(&t[0], "haveValid") < size,
+    )?;
+    assert_eq!(num(&t[0], "haveValid"), size - (256 << 10), "{t:?}");
+
+    // A session cap, read back.
+    remote(&ns, &["-d", "250"])?;
+    let si = remote(&ns, &["-si"])?;
+    assert!(si.contains("Download speed limit: 250 kB/s"), "{si}");
+    assert!(
+        si.contains(&format!("Download directory: {}", downloads.display())),
+        "{si}"
+    );
+    assert!(si.contains("Listenport: 6881"), "{si}");
+
+    // Removed with its data: gone from the list, the disk and the state.
+    let copy = state.join("torrents");
+    assert_eq!(std::fs::read_dir(&copy)?.count(), 1);
+    remote(&ns, &["-t", "1", "--remove-and-delete"])?;
+    let list = remote(&ns, &["-l"])?;
+    assert!(list_row(&list, 1).is_none(), "{list}");
+    assert!(!downloads.join("movie.bin").exists());
+    let left: Vec<_> = std::fs::read_dir(&downloads)?.collect();
+    assert!(left.is_empty(), "left in the download directory: {left:?}");
+    assert_eq!(std::fs::read_dir(&copy)?.count(), 0);
+    let st = std::fs::read_to_string(state.join("transfers.state"))?;
+    assert!(st.contains("\"transfers\":[]"), "{st}");
+
+    // SIGTERM: a clean stop, 143 as every weir command.
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}
+
+#[test]
+fn a_damaged_state_file_is_refused_naming_it() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmstate")?;
+    let dir = TempDir::new("daemon-state")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.subdir("state")?;
+    let logs = dir.subdir("logs")?;
+    // A state with one transfer, then cut short as a torn copy would be.
+    let mut daemon = Daemon::start(&ns, &downloads, &state, &logs, "weir-daemon-1", &[])?;
+    remote(
+        &ns,
+        &[
+            "-a",
+            "ed2k://|file|a.bin|1000000|D3B6B09D73D3FE0DD41DDE5ED244215A|/",
+        ],
+    )?;
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    let file = state.join("transfers.state");
+    let good = std::fs::read(&file)?;
+    assert!(good.starts_with(b"weir-daemon-state 1 "));
+    std::fs::write(&file, &good[..good.len() - 5])?;
+    let mut cmd = ns.command(WEIR);
+    cmd.env("WEIR_ED2K_HOME", &logs)
+        .args([
+            "--allow",
+            "127.0.0.0/8",
+            "daemon",
+            "--rpc",
+            RPC,
+            "--listen",
+            PEERS,
+        ])
+        .arg("--download-dir")
+        .arg(&downloads)
+        .arg("--state")
+        .arg(&state);
+    let out = weir_lab::process::run(&mut cmd, Duration::from_secs(30))?;
+    let err = out.stderr_text();
+    assert_eq!(out.code(), Some(2), "{err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(err.contains("torn or truncated"), "{err}");
+    // Nothing was rewritten over it.
+    assert_eq!(std::fs::read(&file)?, &good[..good.len() - 5]);
+    Ok(())
+}
+
+#[test]
+fn sighup_reloads_the_config_caps_and_session_close_exits_0() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmhup")?;
+    let dir = TempDir::new("daemon-hup")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    let config = dir.path().join("settings.json");
+    std::fs::write(
+        &config,
+        r#"{"speed-limit-down": 300, "speed-limit-down-enabled": true, "rpc-port": 9091}"#,
+    )?;
+    let cfg = config.to_str().unwrap();
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers", "--config", cfg],
+    )?;
+    let si = remote(&ns, &["-si"])?;
+    assert!(si.contains("Download speed limit: 300 kB/s"), "{si}");
+    assert!(si.contains("Upload speed limit: Unlimited"), "{si}");
+
+    std::fs::write(
+        &config,
+        r#"{"speed-limit-down": 700, "speed-limit-down-enabled": true, "speed-limit-up": 50}"#,
+    )?;
+    daemon.proc.signal(nix::sys::signal::Signal::SIGHUP)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let si = loop {
+        let si = remote(&ns, &["-si"])?;
+        if si.contains("Download speed limit: 700 kB/s") || std::time::Instant::now() > deadline {
+            break si;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(si.contains("Download speed limit: 700 kB/s"), "{si}");
+    assert!(si.contains("Upload speed limit: 50 kB/s"), "{si}");
+
+    // A bad file on reload: the settings in force stay, the daemon runs.
+    std::fs::write(&config, b"{ not json")?;
+    daemon.proc.signal(nix::sys::signal::Signal::SIGHUP)?;
+    let si = remote(&ns, &["-si"])?;
+    assert!(si.contains("Download speed limit: 700 kB/s"), "{si}");
+
+    // session-close over RPC: a clean stop with exit 0.
+    rpc(&ns, "session-close", serde_json::json!({}))?;
+    let Some((status, _)) = daemon.proc.wait_timeout(Duration::from_secs(30))? else {
+        anyhow::bail!("still running 30 s after session-close");
+    };
+    assert_eq!(status.code(), Some(0), "{}", daemon.proc.log_tail(20));
+    let log = std::fs::read_to_string(daemon.proc.stderr_log().expect("logged"))?;
+    assert!(log.contains("the settings in force stay"), "{log}");
+    Ok(())
+}
+
+#[test]
+fn an_ed2k_link_added_over_rpc_downloads_and_bad_adds_are_refused() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmed2k")?;
+    let dir = TempDir::new("daemon-ed2k")?;
+    let data = dir.subdir("data")?;
+    let home = dir.subdir("seed-home")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    // Two eD2k parts (9,728,000 bytes each) and a bit.
+    let size: u64 = 20_000_000;
+    payload::write_tree(&data, &[("show.mkv", size)], 5)?;
+    let (_seed, link) = ed2k_seed(&ns, &home, &data.join("show.mkv"), "127.0.0.4:4662")?;
+    let hash = link
+        .split('|')
+        .nth(4)
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    assert_eq!(hash.len(), 32, "{link}");
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+
+    let out = remote(&ns, &["-a", &link])?;
+    assert!(out.contains("responded: \"success\""), "{out}");
+    let t = wait_for(
+        &ns,
+        &["id", "name", "hashString", "totalSize", "haveValid"],
+        Duration::from_secs(120),
+        "eD2k download complete",
+        |t| t.len() == 1 && num(&t[0], "haveValid") == size,
+    )?;
+    assert_eq!(t[0]["hashString"], hash.as_str());
+    assert_eq!(t[0]["name"], "show.mkv");
+    assert_eq!(num(&t[0], "totalSize"), size);
+    payload::files_equal(&data.join("show.mkv"), &downloads.join("show.mkv"))?;
+    let list = remote(&ns, &["-l"])?;
+    let row = list_row(&list, 1).unwrap_or_else(|| panic!("no row 1:\n{list}"));
+    assert_eq!(row[1], "100%", "{list}");
+
+    // What cannot be added says why, and adds nothing.
+    let refused = |args: serde_json::Value| -> String {
+        match rpc(&ns, "torrent-add", args) {
+            Ok(v) => panic!("accepted: {v}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = refused(serde_json::json!({ "metainfo": "bm90IGEgdG9ycmVudA==" }));
+    assert!(e.contains("invalid or corrupt torrent file"), "{e}");
+    let e = refused(serde_json::json!({
+        "filename": "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567"
+    }));
+    assert!(e.contains("magnet"), "{e}");
+    let e = refused(serde_json::json!({ "filename": "ed2k://|file|x|12|nothex|/" }));
+    assert!(e.contains("ed2k"), "{e}");
+    let e = refused(serde_json::json!({ "filename": "/nonexistent/x.torrent" }));
+    assert!(e.contains("/nonexistent/x.torrent"), "{e}");
+    let e = refused(serde_json::json!({
+        "filename": link.replace("show.mkv", "other.mkv").replace(&hash.to_ascii_uppercase(), &"0".repeat(32)),
+        "download-dir": "relative/dir",
+    }));
+    assert!(e.contains("not absolute"), "{e}");
+    assert_eq!(torrents(&ns, &["id"])?.len(), 1);
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}

@@ -207,6 +207,29 @@ pub(crate) struct RpcOptions {
     pub(crate) session_id: std::sync::Arc<str>,
 }
 
+/// Answers one request body as the server does once the HTTP layer has
+/// let it through (session id, auth, Host check, body size): the JSON it
+/// sends back, or `None` where it answers HTTP 204 (JSON-RPC
+/// notifications). `json_rpc` serves the 6.0 form as
+/// [`crate::RpcConfig`]'s option does. The entry point for fuzzing the
+/// request parsing of both forms.
+pub async fn answer<B: Backend>(
+    backend: &B,
+    body: &[u8],
+    json_rpc: bool,
+    session_id: &str,
+) -> Option<Vec<u8>> {
+    let opts = RpcOptions {
+        json_rpc,
+        session_id: session_id.into(),
+    };
+    match handle(backend, body, &opts).await {
+        Reply::Bytes(b) => Some(b),
+        Reply::Stream(w) => Some(w.into_bytes()),
+        Reply::Empty => None,
+    }
+}
+
 /// Answers one HTTP body.
 pub(crate) async fn handle<B: Backend>(backend: &B, body: &[u8], opts: &RpcOptions) -> Reply {
     let parsed: Result<Value, _> = serde_json::from_slice(body);

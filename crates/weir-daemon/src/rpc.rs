@@ -342,23 +342,25 @@ async fn call<B: Backend>(
     };
     let empty = Map::new();
     let args = match map.get(args_key) {
-        Some(Value::Object(a)) => a,
-        None | Some(Value::Null) => &empty,
-        Some(_) => {
-            let e = RpcError::invalid_params(format!("'{args_key}' must be an object"));
-            return finish(form, id.as_ref(), Err(e));
-        }
+        Some(Value::Object(a)) => Ok(a),
+        None | Some(Value::Null) => Ok(&empty),
+        Some(_) => Err(RpcError::invalid_params(format!(
+            "'{args_key}' must be an object"
+        ))),
     };
-    let result = match map.get("method") {
-        Some(Value::String(m)) => match methods::Method::parse(m, opts.json_rpc) {
+    let result = match (args, map.get("method")) {
+        (Err(e), _) => Err(e),
+        (Ok(args), Some(Value::String(m))) => match methods::Method::parse(m, opts.json_rpc) {
             Some(method) => methods::run(backend, method, args, form, &opts.session_id).await,
             None => Err(RpcError::new(
                 ErrorKind::MethodNotFound,
                 "method name not recognized",
             )),
         },
-        _ => Err(RpcError::new(ErrorKind::MethodNotFound, "no method name")),
+        (Ok(_), _) => Err(RpcError::new(ErrorKind::MethodNotFound, "no method name")),
     };
+    // A notification is never answered, whatever went wrong with it
+    // (JSON-RPC 2.0, section 4.1).
     if form == Form::JsonRpc && id.is_none() {
         return Reply::Empty;
     }

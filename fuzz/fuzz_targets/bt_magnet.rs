@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
         Err(_) => assert_eq!(r, Err(MagnetError::NotUtf8)),
     }
     let Ok(m) = r else { return };
-    assert!(m.info_hash.is_some() || m.ed2k.is_some(), "no usable hash: {m:?}");
+    assert!(
+        m.info_hash.is_some() || m.ed2k.is_some(),
+        "no usable hash: {m:?}"
+    );
     assert!(m.trackers.len() + m.unsupported_trackers.len() <= MAX_TRACKERS);
     assert!(m.peers.len() <= MAX_PEERS);
     assert!(m.web_seeds.len() <= MAX_WEB_SEEDS);

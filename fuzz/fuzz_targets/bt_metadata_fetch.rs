@@ -247,7 +247,9 @@ fuzz_target!(|data: &[u8]| {
                         }
                     }
                 };
-                if asked == Some(piece) && matches!(msg, MetadataMsg::Data { .. } | MetadataMsg::Reject { .. }) {
+                if asked == Some(piece)
+                    && matches!(msg, MetadataMsg::Data { .. } | MetadataMsg::Reject { .. })
+                {
                     w.peers.get_mut(&id).unwrap().asked.pop_front();
                 }
                 // What the runtime hands over went through the decoder.

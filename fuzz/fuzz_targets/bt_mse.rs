@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use weir_bt::mse::{
-    Accepted, Crypto, Encryption, Established, Initiator, KEY_LEN, MAX_INITIATOR_PREFIX,
-    MAX_PAD, MAX_RESPONDER_PREFIX, MseConfig, MseError, Responder, Skeys,
+    Accepted, Crypto, Encryption, Established, Initiator, KEY_LEN, MAX_INITIATOR_PREFIX, MAX_PAD,
+    MAX_RESPONDER_PREFIX, MseConfig, MseError, Responder, Skeys,
 };
 use weir_fuzz::{Input, chunks};
 
@@ -57,7 +57,11 @@ fn responder_alone(inp: &mut Input<'_>, now: Instant) {
         match r.handle_input(piece, &skeys, &mut out) {
             Ok(None) => {
                 assert!(r.buffered() <= MAX_RESPONDER_PREFIX + usize::from(c.max_ia));
-                assert!(out.len() <= KEY_LEN + MAX_PAD, "responder wrote {}", out.len());
+                assert!(
+                    out.len() <= KEY_LEN + MAX_PAD,
+                    "responder wrote {}",
+                    out.len()
+                );
             }
             Ok(Some(Accepted::Plaintext(b))) => {
                 assert!(c.policy.accepts_plaintext());
@@ -78,7 +82,10 @@ fn responder_alone(inp: &mut Input<'_>, now: Instant) {
                 if let MseError::EncryptionRefused = e {
                     assert!(!c.policy.accepts_mse());
                 }
-                assert_eq!(r.handle_input(b"x", &skeys, &mut out).err(), Some(e.clone()));
+                assert_eq!(
+                    r.handle_input(b"x", &skeys, &mut out).err(),
+                    Some(e.clone())
+                );
                 assert_eq!(r.handle_timeout(now).err(), Some(e));
                 assert_eq!(out.len(), before);
                 return;
@@ -95,7 +102,13 @@ fn initiator_alone(inp: &mut Input<'_>, now: Instant) {
     let c = cfg(inp);
     let mut rng = fastrand::Rng::with_seed(u64::from(inp.u32()));
     let seed = inp.byte();
-    let Ok(mut a) = Initiator::new(c, HASH, &[1; 68][..68.min(usize::from(c.max_ia))], &mut rng, now) else {
+    let Ok(mut a) = Initiator::new(
+        c,
+        HASH,
+        &[1; 68][..68.min(usize::from(c.max_ia))],
+        &mut rng,
+        now,
+    ) else {
         return;
     };
     let first = a.take_output();
@@ -119,7 +132,11 @@ fn initiator_alone(inp: &mut Input<'_>, now: Instant) {
 }
 
 fn take(v: &mut Vec<u8>, n: u8) -> Vec<u8> {
-    let n = if n == 0 { v.len() } else { usize::from(n).min(v.len()) };
+    let n = if n == 0 {
+        v.len()
+    } else {
+        usize::from(n).min(v.len())
+    };
     v.drain(..n).collect()
 }
 
@@ -139,7 +156,8 @@ fn pair(inp: &mut Input<'_>, now: Instant) {
         Err(e) => {
             assert!(
                 e == MseError::PolicyForbids(ca.policy) && ca.policy == Encryption::Off
-                    || matches!(e, MseError::OwnIaTooLong { .. }) && ia.len() > usize::from(ca.max_ia),
+                    || matches!(e, MseError::OwnIaTooLong { .. })
+                        && ia.len() > usize::from(ca.max_ia),
                 "{e:?}"
             );
             return;
@@ -149,8 +167,10 @@ fn pair(inp: &mut Input<'_>, now: Instant) {
     let mut a_to_b = a.take_output();
     let mut b_to_a = Vec::new();
     let (mut sent_ab, mut sent_ba) = (0usize, 0usize);
-    let (mut ra, mut rb): (Option<Result<Established, MseError>>, Option<Result<Established, MseError>>) =
-        (None, None);
+    let (mut ra, mut rb): (
+        Option<Result<Established, MseError>>,
+        Option<Result<Established, MseError>>,
+    ) = (None, None);
     for _ in 0..10_000 {
         let mut moved = false;
         if rb.is_none() && !a_to_b.is_empty() {
@@ -210,7 +230,9 @@ fn pair(inp: &mut Input<'_>, now: Instant) {
             assert!(ra.is_none(), "initiator settled against a failed responder");
         }
         (Ok(crypto), Ok(eb)) => {
-            let ea = ra.expect("initiator never settled").expect("initiator failed");
+            let ea = ra
+                .expect("initiator never settled")
+                .expect("initiator failed");
             assert_eq!((ea.crypto, eb.crypto), (crypto, crypto));
             assert_eq!((ea.info_hash, eb.info_hash), (HASH, HASH));
             assert_eq!(eb.payload, ia, "IA not delivered");

@@ -102,7 +102,10 @@ fuzz_target!(|data: &[u8]| {
                 }
                 assert!(r.added.len() <= 2 * cfg.max_per_list);
                 let mut seen = std::collections::BTreeSet::new();
-                assert!(r.added.iter().all(|p| seen.insert(p.addr)), "an address twice");
+                assert!(
+                    r.added.iter().all(|p| seen.insert(p.addr)),
+                    "an address twice"
+                );
                 learnt += r.added.len() as u64;
                 assert_eq!(st.stats().learnt, learnt);
                 let minutes = now.duration_since(start).as_secs_f64() / 60.0;
@@ -123,7 +126,10 @@ fuzz_target!(|data: &[u8]| {
             3 => {
                 for _ in 0..usize::from(inp.byte()) {
                     let o = inp.u16();
-                    let a = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, (o >> 8) as u8, o as u8)), 1);
+                    let a = SocketAddr::new(
+                        IpAddr::V4(Ipv4Addr::new(10, 0, (o >> 8) as u8, o as u8)),
+                        1,
+                    );
                     current.insert(a, PexFlags(0));
                 }
             }
@@ -144,7 +150,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(a4 <= MAX_PER_LIST && m.added.len() - a4 <= MAX_PER_LIST);
             assert!(d4 <= MAX_PER_LIST && m.dropped.len() - d4 <= MAX_PER_LIST);
             for p in &m.added {
-                assert_eq!(current.get(&p.addr), Some(&p.flags), "added but not current");
+                assert_eq!(
+                    current.get(&p.addr),
+                    Some(&p.flags),
+                    "added but not current"
+                );
                 assert_ne!(told.get(&p.addr), Some(&p.flags), "told twice");
                 told.insert(p.addr, p.flags);
             }
@@ -154,8 +164,10 @@ fuzz_target!(|data: &[u8]| {
             }
             // Whatever was not sent now differs from what the peer knows
             // only because a list was full.
-            if a4 < MAX_PER_LIST && m.added.len() - a4 < MAX_PER_LIST
-                && d4 < MAX_PER_LIST && m.dropped.len() - d4 < MAX_PER_LIST
+            if a4 < MAX_PER_LIST
+                && m.added.len() - a4 < MAX_PER_LIST
+                && d4 < MAX_PER_LIST
+                && m.dropped.len() - d4 < MAX_PER_LIST
             {
                 assert_eq!(told, current, "changes left unsaid");
             }

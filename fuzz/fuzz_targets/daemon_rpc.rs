@@ -91,7 +91,11 @@ fn backend() -> &'static Mem {
     B.get_or_init(|| Mem {
         views: vec![
             Arc::new(TransferView::new(1, TransferHash::Bt([1; 20]), "one")),
-            Arc::new(TransferView::new(2, TransferHash::Ed2k([2; 16]), "two \u{e9}\"\\")),
+            Arc::new(TransferView::new(
+                2,
+                TransferHash::Ed2k([2; 16]),
+                "two \u{e9}\"\\",
+            )),
         ],
     })
 }
@@ -134,7 +138,10 @@ fn check_classic(req: Option<&Value>, ans: &Value) {
     assert!(o.get("result").is_some_and(Value::is_string), "{ans}");
     assert!(o.get("arguments").is_some_and(Value::is_object), "{ans}");
     assert!(!o.contains_key("jsonrpc"), "{ans}");
-    if let Some(tag) = req.and_then(|r| r.get("tag")).filter(|t| t.is_i64() || t.is_u64()) {
+    if let Some(tag) = req
+        .and_then(|r| r.get("tag"))
+        .filter(|t| t.is_i64() || t.is_u64())
+    {
         if req.is_some_and(Value::is_object) {
             assert_eq!(o.get("tag"), Some(tag), "tag not echoed: {ans}");
         }
@@ -153,7 +160,9 @@ fuzz_target!(|data: &[u8]| {
         // Only notifications (or batches of them) go unanswered.
         assert!(json_rpc, "no answer without the 6.0 form");
         match &req {
-            Some(Value::Object(m)) => assert!(is_v2(&req.clone().unwrap()) && !m.contains_key("id")),
+            Some(Value::Object(m)) => {
+                assert!(is_v2(&req.clone().unwrap()) && !m.contains_key("id"))
+            }
             Some(Value::Array(items)) => assert!(
                 items.iter().all(|i| is_v2(i) && i.get("id").is_none()),
                 "a batch with a request went unanswered"
@@ -163,7 +172,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let ans: Value = serde_json::from_slice(&reply).unwrap_or_else(|e| {
-        panic!("answer is not JSON ({e}): {}", String::from_utf8_lossy(&reply))
+        panic!(
+            "answer is not JSON ({e}): {}",
+            String::from_utf8_lossy(&reply)
+        )
     });
     match (&req, json_rpc) {
         (Some(Value::Array(items)), true) => {
@@ -174,8 +186,15 @@ fuzz_target!(|data: &[u8]| {
                 return;
             };
             assert!(!answers.is_empty() && answers.len() <= items.len());
-            let wanted = items.iter().filter(|i| !(is_v2(i) && i.get("id").is_none())).count();
-            assert_eq!(answers.len(), wanted, "answers for notifications, or requests unanswered");
+            let wanted = items
+                .iter()
+                .filter(|i| !(is_v2(i) && i.get("id").is_none()))
+                .count();
+            assert_eq!(
+                answers.len(),
+                wanted,
+                "answers for notifications, or requests unanswered"
+            );
             for a in answers {
                 check_jsonrpc(None, a);
             }

@@ -23,16 +23,26 @@ fuzz_target!(|data: &[u8]| {
                 assert!(t.len() <= MAX_TRANSACTION_LEN);
             }
             if e.query {
-                assert!(e.transaction.is_some(), "a query error without its transaction");
+                assert!(
+                    e.transaction.is_some(),
+                    "a query error without its transaction"
+                );
             }
             return;
         }
     };
     assert!(data.len() <= MAX_PACKET);
-    assert!(weir_dht::is_krpc(data), "accepted a datagram is_krpc refuses");
+    assert!(
+        weir_dht::is_krpc(data),
+        "accepted a datagram is_krpc refuses"
+    );
     assert!(!weir_utp::is_utp(data), "a KRPC datagram looks like uTP");
     assert!(m.transaction.len() <= MAX_TRANSACTION_LEN);
-    assert!(m.version.as_ref().is_none_or(|v| v.len() <= MAX_VERSION_LEN));
+    assert!(
+        m.version
+            .as_ref()
+            .is_none_or(|v| v.len() <= MAX_VERSION_LEN)
+    );
     let mut norm = m.clone();
     match &m.body {
         Body::Query(q) => {

@@ -111,7 +111,8 @@ fuzz_target!(|data: &[u8]| {
                 *sent_to_us.entry(from).or_default() += payload.len() as u64;
                 let mut out = BytesMut::new();
                 encode(&h, sack.as_deref(), 0, payload, &mut out);
-                ep.handle_datagram(from, &out, now).expect("a valid packet refused");
+                ep.handle_datagram(from, &out, now)
+                    .expect("a valid packet refused");
             }
             5 => {
                 let from = peers[usize::from(op >> 4) % peers.len()];
@@ -161,7 +162,11 @@ fuzz_target!(|data: &[u8]| {
         }
         while let Some(t) = ep.poll_transmit(now) {
             assert!(peers.contains(&t.dst), "sent to {}", t.dst);
-            assert!(t.data.len() <= cfg.max_packet_size, "{}-byte datagram", t.data.len());
+            assert!(
+                t.data.len() <= cfg.max_packet_size,
+                "{}-byte datagram",
+                t.data.len()
+            );
             let p = decode(&t.data).expect("we sent invalid uTP");
             let e = seen.entry(t.dst).or_default();
             e.conn_id = p.header.conn_id;
@@ -188,16 +193,27 @@ fuzz_target!(|data: &[u8]| {
             let Some(st) = ep.conn_stats(*h) else {
                 panic!("live handle {h:?} has no connection");
             };
-            assert!(st.send_buffered <= cfg.send_buffer, "{} buffered", st.send_buffered);
+            assert!(
+                st.send_buffered <= cfg.send_buffer,
+                "{} buffered",
+                st.send_buffered
+            );
             assert!(st.bytes_in_flight <= st.send_buffered);
-            assert!(st.recv_buffered <= cfg.recv_buffer, "{} received", st.recv_buffered);
+            assert!(
+                st.recv_buffered <= cfg.recv_buffer,
+                "{} received",
+                st.recv_buffered
+            );
             assert!(st.packet_size <= cfg.max_packet_size);
         }
         for h in &closed {
             assert!(ep.conn_stats(*h).is_none() || !live.contains(h));
         }
         for (peer, n) in &read {
-            assert!(n <= sent_to_us.get(peer).unwrap_or(&0), "read more than {peer} sent");
+            assert!(
+                n <= sent_to_us.get(peer).unwrap_or(&0),
+                "read more than {peer} sent"
+            );
         }
     }
 });

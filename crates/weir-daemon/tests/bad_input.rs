@@ -423,7 +423,11 @@ async fn json_rpc_form() {
     )
     .await;
     let a = v.as_array().expect("a batch answer");
-    assert_eq!(a.len(), 1, "the notification in the batch was answered: {v}");
+    assert_eq!(
+        a.len(),
+        1,
+        "the notification in the batch was answered: {v}"
+    );
     assert_eq!(a[0]["id"], 3);
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"x","id":{"a":1}}"#).await;
     assert_eq!(v["error"]["code"], -32600);

@@ -92,7 +92,10 @@ pub fn metadata(o: &mut Out) {
     // time pass (5, ms) and leaves (7).
     let honest_answers: Vec<u8> = (0..8).flat_map(|_| [1u8, 0]).collect();
     for sel in 0..3u8 {
-        o.put("bt_metadata_fetch", &[&[sel, 0x80][..], &honest_answers].concat());
+        o.put(
+            "bt_metadata_fetch",
+            &[&[sel, 0x80][..], &honest_answers].concat(),
+        );
         o.put(
             "bt_metadata_fetch",
             &[
@@ -105,7 +108,9 @@ pub fn metadata(o: &mut Out) {
     }
     o.put(
         "bt_metadata_fetch",
-        &[1, 0x00, 0x08, 0x30, 0x00, 0x33, 1, 0x33, 0, 6, 6, 6, 6, 0x80, 1, 1, 1, 1],
+        &[
+            1, 0x00, 0x08, 0x30, 0x00, 0x33, 1, 0x33, 0, 6, 6, 6, 6, 0x80, 1, 1, 1, 1,
+        ],
     );
 }
 
@@ -159,23 +164,36 @@ pub fn mse(o: &mut Out) {
     let mut hs = BytesMut::new();
     Handshake::new([7; 20], [1; 20]).encode(&mut hs);
     o.put("bt_mse", &[&head[..], &hs].concat());
-    let mut a = Initiator::new(MseConfig::new(Encryption::Prefer), [7; 20], &hs, &mut rng, now)
-        .expect("initiator");
+    let mut a = Initiator::new(
+        MseConfig::new(Encryption::Prefer),
+        [7; 20],
+        &hs,
+        &mut rng,
+        now,
+    )
+    .expect("initiator");
     let ya = a.take_output();
     o.put("bt_mse", &[&head[..], &ya].concat());
     // Initiator alone: a responder's opening is 96 bytes of Yb and a pad.
-    o.put("bt_mse", &[&[1u8, 0, 0, 2, 0, 0, 1, 0, 0, 0, 0][..], &ya].concat());
+    o.put(
+        "bt_mse",
+        &[&[1u8, 0, 0, 2, 0, 0, 1, 0, 0, 0, 0][..], &ya].concat(),
+    );
     // Pairs: [2, cfgA (policy, pad_ab, pad_cd), cfgB, rng seed, IA length,
     // wrong hash, flip (0 none, 1 A->B, 2 B->A), flip at, bit, cuts...].
     for (pa, pb) in [(0u8, 0u8), (2, 1), (1, 2), (0, 3), (2, 2)] {
         o.put(
             "bt_mse",
-            &[2, pa, 0, 2, 0, 0, pb, 0, 2, 0, 0, 5, 0, 0, 0, 68, 1, 0, 0, 0, 0],
+            &[
+                2, pa, 0, 2, 0, 0, pb, 0, 2, 0, 0, 5, 0, 0, 0, 68, 1, 0, 0, 0, 0,
+            ],
         );
     }
     o.put(
         "bt_mse",
-        &[2, 0, 0, 2, 8, 0, 0, 0, 1, 8, 0, 9, 0, 0, 0, 68, 1, 1, 100, 0, 3, 7, 1, 9, 200],
+        &[
+            2, 0, 0, 2, 8, 0, 0, 0, 1, 8, 0, 9, 0, 0, 0, 68, 1, 1, 100, 0, 3, 7, 1, 9, 200,
+        ],
     );
 }
 
@@ -268,7 +286,12 @@ pub fn utp(o: &mut Out) {
     let mut cases: Vec<BytesMut> = Vec::new();
     for (ptype, sack, pad, payload) in [
         (PacketType::Syn, None, 0, &b""[..]),
-        (PacketType::State, Some(&[0b101u8, 0, 0, 1][..]), 0, &b""[..]),
+        (
+            PacketType::State,
+            Some(&[0b101u8, 0, 0, 1][..]),
+            0,
+            &b""[..],
+        ),
         (PacketType::Data, None, 0, &b"payload bytes"[..]),
         (PacketType::Data, Some(&[1u8][..]), 300, &b"x"[..]),
         (PacketType::Fin, None, 0, &b""[..]),
@@ -284,20 +307,37 @@ pub fn utp(o: &mut Out) {
     // Encode mode: [1 | type << 1 | sack flag, header fields, sack, pad].
     o.put(
         "utp_packet",
-        &[&[0x81u8 | 2 << 1][..], &[7; 20], &[5, 1, 2, 3, 4, 5, 44, 1], b"data"].concat(),
+        &[
+            &[0x81u8 | 2 << 1][..],
+            &[7; 20],
+            &[5, 1, 2, 3, 4, 5, 44, 1],
+            b"data",
+        ]
+        .concat(),
     );
     // The endpoint: [sel, seed u32, ops...]. Connect to peer 0, answer
     // with a STATE on our SYN's id (type 3, f = 1), then data (type 0).
     let state = [1u8, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0];
-    let data = [1u8, 0, 1, 0, 0, 0, 0, 0x08, 0, 0, 5, 0, b'h', b'e', b'l', b'l', b'o'];
+    let data = [
+        1u8, 0, 1, 0, 0, 0, 0, 0x08, 0, 0, 5, 0, b'h', b'e', b'l', b'l', b'o',
+    ];
     o.put(
         "utp_conn",
-        &[&[0u8, 1, 2, 3, 4, 0][..], &state, &data, &[7, 0, 6, 0, 0, 4, 9, 8, 0, 9]].concat(),
+        &[
+            &[0u8, 1, 2, 3, 4, 0][..],
+            &state,
+            &data,
+            &[7, 0, 6, 0, 0, 4, 9, 8, 0, 9],
+        ]
+        .concat(),
     );
     // A SYN from a peer (type 7, random id), then its data on id + 1.
     o.put(
         "utp_conn",
-        &[1u8, 9, 9, 9, 9, 1, 7, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, b'h', b'e', b'l', b'l', b'o', 7, 0, 9],
+        &[
+            1u8, 9, 9, 9, 9, 1, 7, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 1, 1, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 5, 0, b'h', b'e', b'l', b'l', b'o', 7, 0, 9,
+        ],
     );
 }
 

@@ -212,8 +212,16 @@ fn error_text_bounded_after_lossy_decoding() {
         let Body::Error(e) = &m.body else {
             panic!("not an error: {m:?}");
         };
-        assert!(e.message.len() <= MAX_ERROR_MESSAGE, "{} bytes", e.message.len());
-        assert!(e.message.len() >= MAX_ERROR_MESSAGE - 3, "{} bytes", e.message.len());
+        assert!(
+            e.message.len() <= MAX_ERROR_MESSAGE,
+            "{} bytes",
+            e.message.len()
+        );
+        assert!(
+            e.message.len() >= MAX_ERROR_MESSAGE - 3,
+            "{} bytes",
+            e.message.len()
+        );
         assert_eq!(decode(&m.to_vec()), Ok(m.clone()));
     }
 }

@@ -34,6 +34,9 @@ use weir_zmodem::escape::Escaper;
 use weir_zmodem::frame::{FrameEnd, Header, HeaderFormat, encode_header, encode_subpacket};
 use weir_zmodem::{FileInfo, FileOffer, Receiver, ReceiverConfig, RecvEvent, Sender, SenderConfig};
 
+#[path = "seed_sets/net.rs"]
+mod net;
+
 struct Out {
     dir: std::path::PathBuf,
     written: usize,
@@ -895,5 +898,12 @@ fn main() {
     ed2k(&mut o);
     zmodem(&mut o);
     core(&mut o);
+    net::magnet(&mut o);
+    net::metadata(&mut o);
+    net::pex(&mut o);
+    net::mse(&mut o);
+    net::krpc(&mut o);
+    net::utp(&mut o);
+    net::rpc(&mut o);
     println!("wrote {} seeds under {}", o.written, o.dir.display());
 }

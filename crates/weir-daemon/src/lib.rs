@@ -45,5 +45,5 @@ mod torrents;
 mod web;
 
 pub use backend::Backend;
-pub use rpc::{ErrorKind, Form, RpcError};
+pub use rpc::{ErrorKind, Form, RpcError, answer};
 pub use server::{Credentials, RpcConfig, RpcServer, ServerError, ServerHandle};

@@ -207,6 +207,29 @@ pub(crate) struct RpcOptions {
     pub(crate) session_id: std::sync::Arc<str>,
 }
 
+/// Answers one request body as the server does once the HTTP layer has
+/// let it through (session id, auth, Host check, body size): the JSON it
+/// sends back, or `None` where it answers HTTP 204 (JSON-RPC
+/// notifications). `json_rpc` serves the 6.0 form as
+/// [`crate::RpcConfig`]'s option does. The entry point for fuzzing the
+/// request parsing of both forms.
+pub async fn answer<B: Backend>(
+    backend: &B,
+    body: &[u8],
+    json_rpc: bool,
+    session_id: &str,
+) -> Option<Vec<u8>> {
+    let opts = RpcOptions {
+        json_rpc,
+        session_id: session_id.into(),
+    };
+    match handle(backend, body, &opts).await {
+        Reply::Bytes(b) => Some(b),
+        Reply::Stream(w) => Some(w.into_bytes()),
+        Reply::Empty => None,
+    }
+}
+
 /// Answers one HTTP body.
 pub(crate) async fn handle<B: Backend>(backend: &B, body: &[u8], opts: &RpcOptions) -> Reply {
     let parsed: Result<Value, _> = serde_json::from_slice(body);
@@ -319,23 +342,25 @@ async fn call<B: Backend>(
     };
     let empty = Map::new();
     let args = match map.get(args_key) {
-        Some(Value::Object(a)) => a,
-        None | Some(Value::Null) => &empty,
-        Some(_) => {
-            let e = RpcError::invalid_params(format!("'{args_key}' must be an object"));
-            return finish(form, id.as_ref(), Err(e));
-        }
+        Some(Value::Object(a)) => Ok(a),
+        None | Some(Value::Null) => Ok(&empty),
+        Some(_) => Err(RpcError::invalid_params(format!(
+            "'{args_key}' must be an object"
+        ))),
     };
-    let result = match map.get("method") {
-        Some(Value::String(m)) => match methods::Method::parse(m, opts.json_rpc) {
+    let result = match (args, map.get("method")) {
+        (Err(e), _) => Err(e),
+        (Ok(args), Some(Value::String(m))) => match methods::Method::parse(m, opts.json_rpc) {
             Some(method) => methods::run(backend, method, args, form, &opts.session_id).await,
             None => Err(RpcError::new(
                 ErrorKind::MethodNotFound,
                 "method name not recognized",
             )),
         },
-        _ => Err(RpcError::new(ErrorKind::MethodNotFound, "no method name")),
+        (Ok(_), _) => Err(RpcError::new(ErrorKind::MethodNotFound, "no method name")),
     };
+    // A notification is never answered, whatever went wrong with it
+    // (JSON-RPC 2.0, section 4.1).
     if form == Form::JsonRpc && id.is_none() {
         return Reply::Empty;
     }

@@ -399,6 +399,36 @@ async fn json_rpc_form() {
         b.view(1).unwrap().state,
         weir_daemon::backend::TransferState::Stopped
     );
+    // Not even when its params are of the wrong type (found by the
+    // daemon_rpc fuzz target: that error used to be sent with id null);
+    // with an id, the same request is an Invalid params error.
+    let (s, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"session_get","params":5}"#,
+    )
+    .await;
+    assert_eq!((s, v), (204, Value::Null), "a notification has no answer");
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"session_get","params":[],"id":7}"#,
+    )
+    .await;
+    assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32602), &json!(7)));
+    let (_, v) = post(
+        &c,
+        &id,
+        r#"[{"jsonrpc":"2.0","method":"torrent_stop","params":"x"},{"jsonrpc":"2.0","method":"session_stats","id":3}]"#,
+    )
+    .await;
+    let a = v.as_array().expect("a batch answer");
+    assert_eq!(
+        a.len(),
+        1,
+        "the notification in the batch was answered: {v}"
+    );
+    assert_eq!(a[0]["id"], 3);
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"x","id":{"a":1}}"#).await;
     assert_eq!(v["error"]["code"], -32600);
     let (_, v) = post(&c, &id, r#"{"jsonrpc":"2.0","method":"#).await;

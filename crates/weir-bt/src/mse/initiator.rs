@@ -120,6 +120,14 @@ impl Initiator {
         Ok(())
     }
 
+    /// Bytes received and held, not consumed yet. Until the handshake
+    /// settles this stays within what the current step may need (Ya/Yb, a
+    /// pad and its pattern, `len(IA)` bytes of IA): see the module docs'
+    /// bounds.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Whether the shared secret begins with a zero byte (known once Yb
     /// arrived; about 1 handshake in 256). libtorrent 2.0 (2.0.8 at least)
     /// hashes such a secret without its leading zeros when it computes

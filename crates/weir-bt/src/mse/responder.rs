@@ -82,6 +82,14 @@ impl Responder {
         }
     }
 
+    /// Bytes received and held, not consumed yet. Until the handshake
+    /// settles this stays within what the current step may need (Ya/Yb, a
+    /// pad and its pattern, `len(IA)` bytes of IA): see the module docs'
+    /// bounds.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Whether the shared secret begins with a zero byte. A libtorrent 2.0
     /// initiator then sends a wrong `HASH('req3', S)` (see
     /// [`super::Initiator::short_secret`]), so [`MseError::UnknownInfoHash`]

@@ -242,9 +242,16 @@ fn decode_error(top: &Dict<'_>) -> Result<ErrorBody, K> {
         .and_then(Value::as_int)
         .ok_or_else(|| wrong("e", "list starting with an integer"))?;
     let text = e.get(1).and_then(Value::as_bytes).unwrap_or_default();
+    // Cut the decoded text, not the bytes: each invalid byte becomes a
+    // 3-byte U+FFFD and a cut inside a character adds one, so cutting the
+    // bytes first could keep up to 3x the bound (and the message would not
+    // survive encode/decode unchanged).
     let text = &text[..text.len().min(MAX_ERROR_MESSAGE)];
-    Ok(ErrorBody {
-        code,
-        message: String::from_utf8_lossy(text).into_owned(),
-    })
+    let mut message = String::from_utf8_lossy(text).into_owned();
+    let mut end = message.len().min(MAX_ERROR_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    Ok(ErrorBody { code, message })
 }

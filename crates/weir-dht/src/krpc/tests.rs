@@ -191,6 +191,41 @@ fn typed_errors() {
     assert!(decode(b"d1:ad2:id20:abcdefghij012345678912:implied_porti1e9:info_hash20:mnopqrstuvwxyz1234565:token1:xe1:q13:announce_peer1:t2:aa1:y1:qe").is_ok());
 }
 
+/// An error text of invalid UTF-8, or valid UTF-8 cut inside a character,
+/// is kept within `MAX_ERROR_MESSAGE` bytes after lossy decoding and
+/// survives encode/decode unchanged (found by the `dht_krpc` fuzz target:
+/// 100 bytes of 0xff decoded to a 300-byte text, which the next decode
+/// cut again).
+#[test]
+fn error_text_bounded_after_lossy_decoding() {
+    let datagram = |text: &[u8]| {
+        let mut d = format!("d1:eli201e{}:", text.len()).into_bytes();
+        d.extend_from_slice(text);
+        d.extend_from_slice(b"e1:t2:aa1:y1:ee");
+        d
+    };
+    let invalid = vec![0xffu8; 100];
+    let mut cut = "a".repeat(MAX_ERROR_MESSAGE - 1).into_bytes();
+    cut.extend_from_slice("\u{e9}\u{e9}".as_bytes());
+    for text in [invalid, cut] {
+        let m = decode(&datagram(&text)).expect("decodes");
+        let Body::Error(e) = &m.body else {
+            panic!("not an error: {m:?}");
+        };
+        assert!(
+            e.message.len() <= MAX_ERROR_MESSAGE,
+            "{} bytes",
+            e.message.len()
+        );
+        assert!(
+            e.message.len() >= MAX_ERROR_MESSAGE - 3,
+            "{} bytes",
+            e.message.len()
+        );
+        assert_eq!(decode(&m.to_vec()), Ok(m.clone()));
+    }
+}
+
 fn response_with(nodes: usize, values: usize) -> Vec<u8> {
     let mut b = Vec::new();
     for i in 0..nodes {

@@ -398,7 +398,8 @@ impl PeerBook {
 
     /// The connection to `addr` ended. A connection that lasted less than
     /// [`BookConfig::short_lived`] counts as a failure; a longer one waits
-    /// [`BookConfig::reconnect_after`]. A callback is forgotten.
+    /// [`BookConfig::reconnect_after`]. A callback is forgotten, unless the
+    /// peer asked again while it was connected.
     pub fn disconnected(&mut self, addr: SocketAddr, now: Instant) {
         let addr = canonical_addr(addr);
         let Some(e) = self.peers.get_mut(&addr) else {
@@ -414,8 +415,14 @@ impl PeerBook {
             .connected_at
             .take()
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        if e.source == Source::Callback || self.bans.contains(addr.ip()) {
+        if self.bans.contains(addr.ip()) || (e.source == Source::Callback && !e.asked) {
             self.forget(addr);
+        } else if e.asked {
+            // Asked again while connected (a callback connection that
+            // wedged in turn): the new request is dialled at once, not
+            // lost with the old connection.
+            e.failures = 0;
+            e.next_try = now;
         } else if lasted < self.cfg.short_lived {
             self.failed(addr, now);
         } else {

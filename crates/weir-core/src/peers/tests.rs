@@ -230,6 +230,26 @@ fn callbacks_are_bounded_dialled_first_even_when_seeding_and_once() {
 }
 
 #[test]
+fn a_callback_asked_again_while_connected_survives_the_disconnect() {
+    // The eD2k wedge workaround: the connection made for a callback wedges
+    // too, and the core asks to connect again before closing it.
+    let now = t0();
+    let mut b = book(BookConfig::default());
+    assert_eq!(b.add(a(1), Source::Callback, now), Added::New);
+    assert_eq!(b.next_dials(now, 1, false), vec![a(1)]);
+    b.connected(a(1), now);
+    assert_eq!(b.counts().asked, 0);
+    assert_eq!(b.add(a(1), Source::Callback, now), Added::Known);
+    let later = now + Duration::from_secs(5);
+    b.disconnected(a(1), later);
+    assert_eq!(b.next_dials(later, 1, false), vec![a(1)]);
+    b.connected(a(1), later);
+    b.disconnected(a(1), later + Duration::from_secs(1));
+    assert_eq!(b.state(a(1)), None, "answered once, then forgotten");
+    assert_eq!(b.counts().asked, 0);
+}
+
+#[test]
 fn limits_count_pending_dials_and_handshakes() {
     let l = ConnLimits {
         max_peers: 5,

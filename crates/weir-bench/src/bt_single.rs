@@ -13,7 +13,9 @@
 //! its own completion report (weir: its exit once every piece is verified).
 //!
 //! Options: `--set clients=weir,libtorrent,aria2c,transmission` (a subset),
-//! `--size-mib N` (default 1024), `--runs N` (default 3).
+//! `--set baseline_weir=PATH` (another weir build, e.g. from before a
+//! change, run as leecher `weir-base` in the same rounds), `--size-mib N`
+//! (default 1024), `--runs N` (default 3).
 
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -37,7 +39,7 @@ fn a(s: &str) -> SocketAddrV4 {
 
 /// Runs the scenario.
 pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
-    cfg.check_keys(&["clients"])?;
+    cfg.check_keys(&["clients", "baseline_weir"])?;
     if !ci::require_root_and_netns()? {
         bail!("bt-single needs root (network namespaces)");
     }
@@ -54,6 +56,19 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             other => Client::parse(other)
                 .with_context(|| format!("unknown client {other:?} in --set clients"))?,
         });
+    }
+    if let Some(path) = cfg.get("baseline_weir") {
+        let exe = std::path::PathBuf::from(path);
+        if !exe.is_file() {
+            bail!("--set baseline_weir={path}: no such file");
+        }
+        let mut base_cfg = cfg.clone();
+        base_cfg.weir_exe = exe;
+        clients.push(crate::bt_setup::weir_leecher(
+            &base_cfg,
+            "weir-base",
+            &["--peer", "{peer}", "-q"].map(String::from),
+        ));
     }
     for c in clients.iter().chain([&Client::LibtorrentHps]) {
         for p in c.programs() {
@@ -249,5 +264,15 @@ fn add_ratios(report: &mut Report) {
     }
     if let Some(rss) = med("weir", 3) {
         report.note(&format!("weir peak RSS: {rss:.1} MiB (target <= 64)"));
+    }
+    if let (Some(w), Some(b)) = (med("weir", 0), med("weir-base", 0)) {
+        report.note(&format!(
+            "weir time / weir-base (the baseline_weir build) time: {:.2}; CPU: {}",
+            w / b,
+            match (med("weir", 2), med("weir-base", 2)) {
+                (Some(wc), Some(bc)) => format!("{:.2}", wc / bc),
+                _ => "n/a".into(),
+            }
+        ));
     }
 }

@@ -227,7 +227,7 @@ pub async fn reader<D, T>(
             continue;
         }
         if buf.capacity() - buf.len() < MIN_FREE {
-            buf.reserve(READ_BUF);
+            ReadPool::global().refill(&mut buf);
         }
         let want = buf.capacity() - buf.len();
         let grant = down.acquire(want).await;
@@ -396,6 +396,9 @@ fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
         paid: unlimited || o.payload == 0,
     })
 }
+
+mod pool;
+pub use pool::{MAX_POOLED, ReadPool};
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,167 @@
+//! Read buffers reused across reads and connections.
+//!
+//! A reader splits each message off its receive buffer without copying, so
+//! a buffer stays alive while any block of it waits in storage. When the
+//! reader needs room and its buffer is still shared, it takes another one;
+//! left to the allocator, that is a fresh 512 KiB mapping per read: glibc
+//! hands out and returns such chunks with `mmap`/`madvise`, and every
+//! `recv` into one page-faults and zeroes its 128 pages. Measured on a
+//! 1 GiB download into tmpfs: runs where `clear_page_erms` under
+//! `recvfrom` took 26% of the process's samples and the download 13.1 s
+//! instead of 2.8 s. The pool keeps the buffers a reader let go of and
+//! hands one out again once every block split from it has been dropped
+//! (`BytesMut::try_reclaim`), so a steady download recycles the same few
+//! buffers, their pages already mapped.
+
+use std::sync::{Mutex, OnceLock};
+
+use bytes::BytesMut;
+
+/// Buffers the pool keeps at most (in use by blocks, or free): 16 MiB of
+/// 512 KiB buffers. Past it a let-go buffer is simply dropped, and freed
+/// with its last block.
+pub const MAX_POOLED: usize = 32;
+
+/// A bounded set of let-go read buffers (see the module documentation).
+#[derive(Debug)]
+pub struct ReadPool {
+    size: usize,
+    max: usize,
+    kept: Mutex<Vec<BytesMut>>,
+}
+
+impl ReadPool {
+    /// A pool of at most `max` buffers of `size` bytes.
+    pub fn new(size: usize, max: usize) -> Self {
+        ReadPool {
+            size,
+            max,
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The process's pool, shared by every connection's reader.
+    pub fn global() -> &'static ReadPool {
+        static POOL: OnceLock<ReadPool> = OnceLock::new();
+        POOL.get_or_init(|| ReadPool::new(super::READ_BUF, MAX_POOLED))
+    }
+
+    /// An empty buffer with room for `size` bytes: a kept one nothing
+    /// refers to any more, or a new one.
+    pub fn take(&self) -> BytesMut {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        // `try_reclaim` succeeds only on a buffer no block shares.
+        if let Some(i) = kept.iter_mut().position(|b| b.try_reclaim(self.size)) {
+            let mut b = kept.swap_remove(i);
+            b.clear();
+            return b;
+        }
+        drop(kept);
+        BytesMut::with_capacity(self.size)
+    }
+
+    /// Keeps `buf` (whose bytes the caller no longer needs) for a later
+    /// [`ReadPool::take`], unless the pool is full.
+    pub fn give(&self, mut buf: BytesMut) {
+        buf.clear();
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < self.max {
+            kept.push(buf);
+        }
+    }
+
+    /// Buffers kept now.
+    pub fn kept(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Makes room in `buf` for a read: in place when nothing else refers
+    /// to its allocation (the unread tail moved to the front), otherwise by
+    /// moving the tail into a buffer from the pool and keeping `buf`'s.
+    pub fn refill(&self, buf: &mut BytesMut) {
+        // The whole buffer again, less the tail kept; at least a good read.
+        let min = self.size / 8;
+        if buf.try_reclaim(self.size.saturating_sub(buf.len()).max(min)) {
+            return;
+        }
+        let mut next = self.take();
+        // A message larger than a buffer grows this one (not a new buffer
+        // per read while it arrives).
+        next.reserve(buf.len() + min);
+        next.extend_from_slice(buf);
+        let old = std::mem::replace(buf, next);
+        self.give(old);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_comes_back_once_its_blocks_are_dropped() {
+        let pool = ReadPool::new(4096, 4);
+        let mut buf = pool.take();
+        buf.extend_from_slice(&[7u8; 4000]);
+        let block = buf.split_to(3000).freeze();
+        let first = block.as_ptr();
+        // Shared with `block`: refilled from a new buffer, tail copied.
+        pool.refill(&mut buf);
+        assert_eq!(&buf[..], &[7u8; 1000][..]);
+        assert!(buf.capacity() >= 4096);
+        assert_eq!(pool.kept(), 1);
+        // Still shared: not handed out.
+        let other = pool.take();
+        assert_ne!(other.as_ptr(), first);
+        drop(block);
+        let again = pool.take();
+        assert_eq!(again.as_ptr(), first, "the first allocation, reused");
+        assert!(again.is_empty() && again.capacity() >= 4096);
+        assert_eq!(pool.kept(), 0);
+        drop(other);
+    }
+
+    #[test]
+    fn an_unshared_buffer_is_refilled_in_place() {
+        let pool = ReadPool::new(4096, 4);
+        let mut buf = pool.take();
+        let at = buf.as_ptr();
+        buf.extend_from_slice(&[1u8; 4096]);
+        drop(buf.split_to(4000));
+        pool.refill(&mut buf);
+        assert_eq!(buf.as_ptr(), at, "moved to the front of its own buffer");
+        assert_eq!(&buf[..], &[1u8; 96][..]);
+        assert_eq!(pool.kept(), 0);
+    }
+
+    #[test]
+    fn a_message_larger_than_a_buffer_grows_the_new_one() {
+        let pool = ReadPool::new(1024, 4);
+        let mut buf = pool.take();
+        buf.extend_from_slice(&[3u8; 1024]);
+        let held = buf.split_to(10).freeze();
+        pool.refill(&mut buf);
+        assert_eq!(buf.len(), 1014);
+        assert!(buf.capacity() - buf.len() >= 128, "room for a read");
+        drop(held);
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_bound() {
+        let pool = ReadPool::new(1024, 3);
+        let mut held = Vec::new();
+        for _ in 0..10 {
+            let mut b = pool.take();
+            b.extend_from_slice(&[0u8; 1024]);
+            held.push(b.split_to(512).freeze());
+            pool.give(b);
+        }
+        assert_eq!(pool.kept(), 3);
+        drop(held);
+        // All three free now: taken in turn, then new ones.
+        for _ in 0..3 {
+            drop(pool.take());
+        }
+        assert_eq!(pool.kept(), 0);
+    }
+}

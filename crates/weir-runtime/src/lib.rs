@@ -8,6 +8,7 @@
 
 pub mod bandwidth;
 pub mod bt;
+pub mod bufpool;
 pub mod ed2k;
 pub mod engine;
 pub mod linkem;

@@ -12,8 +12,8 @@
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -22,6 +22,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
 use crate::bandwidth::Limiter;
+use crate::bufpool::BufPool;
 
 /// Bytes each read may fill. Large, so a fast peer costs few syscalls and
 /// wake-ups (`SEEDS.md` section 1).
@@ -227,7 +228,7 @@ pub async fn reader<D, T>(
             continue;
         }
         if buf.capacity() - buf.len() < MIN_FREE {
-            ReadPool::global().refill(&mut buf);
+            read_pool().refill(&mut buf);
         }
         let want = buf.capacity() - buf.len();
         let grant = down.acquire(want).await;
@@ -397,8 +398,15 @@ fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
     })
 }
 
-mod pool;
-pub use pool::{MAX_POOLED, ReadPool};
+/// Receive buffers the pool keeps at most (in use by blocks, or free):
+/// 16 MiB of [`READ_BUF`] buffers.
+pub const MAX_POOLED: usize = 32;
+
+/// The receive buffers of every connection of the process.
+pub fn read_pool() -> &'static BufPool {
+    static POOL: OnceLock<BufPool> = OnceLock::new();
+    POOL.get_or_init(|| BufPool::new(READ_BUF, MAX_POOLED))
+}
 
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,19 @@ use weir_core::storage::{FileLayout, StorageFault};
 
 use super::dir::{Access, SafeDir};
 use super::error::OpenError;
+use crate::bufpool::BufPool;
+
+/// Buffers of storage reads: a read is at most this large to use one
+/// (`max_read` of the cores and 1 MiB pieces).
+const READ_POOL_BUF: usize = 1 << 20;
+/// Storage read buffers kept at most (16 MiB).
+const READ_POOL_MAX: usize = 16;
+
+/// Storage reads' buffers, for every transfer of the process.
+fn read_pool() -> &'static BufPool {
+    static POOL: OnceLock<BufPool> = OnceLock::new();
+    POOL.get_or_init(|| BufPool::new(READ_POOL_BUF, READ_POOL_MAX))
+}
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +236,16 @@ impl Files {
     /// Reads `len` bytes at `offset` of the transfer. A file shorter than
     /// it must be is [`StorageFault::Truncated`].
     pub(crate) fn read(&self, offset: u64, len: usize) -> Result<Bytes, ReadError> {
-        let mut buf = BytesMut::zeroed(len);
+        let pool = read_pool();
+        let mut buf = if len <= pool.size() {
+            // Zeroing a mapped buffer costs far less than the page faults
+            // of a fresh one (see `crate::bufpool`).
+            let mut b = pool.take();
+            b.resize(len, 0);
+            b
+        } else {
+            BytesMut::zeroed(len)
+        };
         let mut at = 0usize;
         for (fi, foff, n) in self.layout.map(offset, len as u64) {
             let n = n as usize;
@@ -263,7 +285,12 @@ impl Files {
                 },
             });
         }
-        Ok(buf.freeze())
+        let out = buf.split_to(len).freeze();
+        if buf.capacity() > 0 {
+            // Handed out again once `out` (and every slice of it) is gone.
+            pool.give(buf);
+        }
+        Ok(out)
     }
 
     /// The pieces a failed read makes unusable: for a truncated file, every

@@ -1,4 +1,5 @@
-//! Read buffers reused across reads and connections.
+//! Buffers reused across reads: sockets' receive buffers and storage
+//! reads.
 //!
 //! A reader splits each message off its receive buffer without copying, so
 //! a buffer stays alive while any block of it waits in storage. When the
@@ -11,39 +12,32 @@
 //! instead of 2.8 s. The pool keeps the buffers a reader let go of and
 //! hands one out again once every block split from it has been dropped
 //! (`BytesMut::try_reclaim`), so a steady download recycles the same few
-//! buffers, their pages already mapped.
+//! buffers, their pages already mapped. Storage reads for uploads are the
+//! same shape (a buffer per read, alive until the block is sent) and use
+//! a pool of their own.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use bytes::BytesMut;
 
-/// Buffers the pool keeps at most (in use by blocks, or free): 16 MiB of
-/// 512 KiB buffers. Past it a let-go buffer is simply dropped, and freed
-/// with its last block.
-pub const MAX_POOLED: usize = 32;
-
-/// A bounded set of let-go read buffers (see the module documentation).
+/// A bounded set of let-go buffers of one size (see the module
+/// documentation). Past its bound a let-go buffer is simply dropped, and
+/// freed with its last block.
 #[derive(Debug)]
-pub struct ReadPool {
+pub struct BufPool {
     size: usize,
     max: usize,
     kept: Mutex<Vec<BytesMut>>,
 }
 
-impl ReadPool {
+impl BufPool {
     /// A pool of at most `max` buffers of `size` bytes.
     pub fn new(size: usize, max: usize) -> Self {
-        ReadPool {
+        BufPool {
             size,
             max,
             kept: Mutex::new(Vec::new()),
         }
-    }
-
-    /// The process's pool, shared by every connection's reader.
-    pub fn global() -> &'static ReadPool {
-        static POOL: OnceLock<ReadPool> = OnceLock::new();
-        POOL.get_or_init(|| ReadPool::new(super::READ_BUF, MAX_POOLED))
     }
 
     /// An empty buffer with room for `size` bytes: a kept one nothing
@@ -61,13 +55,18 @@ impl ReadPool {
     }
 
     /// Keeps `buf` (whose bytes the caller no longer needs) for a later
-    /// [`ReadPool::take`], unless the pool is full.
+    /// [`BufPool::take`], unless the pool is full.
     pub fn give(&self, mut buf: BytesMut) {
         buf.clear();
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < self.max {
             kept.push(buf);
         }
+    }
+
+    /// The size of its buffers.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// Buffers kept now.
@@ -100,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_buffer_comes_back_once_its_blocks_are_dropped() {
-        let pool = ReadPool::new(4096, 4);
+        let pool = BufPool::new(4096, 4);
         let mut buf = pool.take();
         buf.extend_from_slice(&[7u8; 4000]);
         let block = buf.split_to(3000).freeze();
@@ -123,7 +122,7 @@ mod tests {
 
     #[test]
     fn an_unshared_buffer_is_refilled_in_place() {
-        let pool = ReadPool::new(4096, 4);
+        let pool = BufPool::new(4096, 4);
         let mut buf = pool.take();
         let at = buf.as_ptr();
         buf.extend_from_slice(&[1u8; 4096]);
@@ -136,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_message_larger_than_a_buffer_grows_the_new_one() {
-        let pool = ReadPool::new(1024, 4);
+        let pool = BufPool::new(1024, 4);
         let mut buf = pool.take();
         buf.extend_from_slice(&[3u8; 1024]);
         let held = buf.split_to(10).freeze();
@@ -148,7 +147,7 @@ mod tests {
 
     #[test]
     fn the_pool_keeps_at_most_its_bound() {
-        let pool = ReadPool::new(1024, 3);
+        let pool = BufPool::new(1024, 3);
         let mut held = Vec::new();
         for _ in 0..10 {
             let mut b = pool.take();

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use engine_common::{Log, read_to_close};
+use engine_common::{Log, queued_when_dropped, read_to_close};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_core::policy::NetPolicy;
@@ -92,12 +92,7 @@ async fn ed2k_server_drops_a_client_that_floods_getsources_without_reading() {
             .filter(|l| l.contains("peer is not reading") && l.contains("dropped"))
             .collect();
         assert_eq!(dropped.len(), 1, "{lines:?}");
-        let queued: u64 = dropped[0]
-            .split("reading: ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no figure in {}", dropped[0]));
+        let queued = queued_when_dropped(dropped[0]);
         assert!(
             (bound - 4096..=bound).contains(&queued),
             "dropped with {queued} bytes queued (bound {bound})"

@@ -11,7 +11,7 @@
 //! (the driver drops it and counts it).
 //!
 //! Both tasks are generic over the stream: the reader takes any
-//! [`PeerRead`] (a TCP read half, or either half of any `AsyncRead +
+//! [`PeerRead`] (a TCP read half, or the read half of any `AsyncRead +
 //! AsyncWrite` stream split with `tokio::io::split`, so encrypted and uTP
 //! streams use the same tasks), the writer any `AsyncWrite`.
 

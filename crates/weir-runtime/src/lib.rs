@@ -7,7 +7,6 @@
 //! [`weir_core::policy::NetPolicy`] allow-list.
 
 pub mod bandwidth;
-pub mod bt;
 pub mod bufpool;
 pub mod ed2k;
 pub mod engine;

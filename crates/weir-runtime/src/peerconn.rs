@@ -9,6 +9,11 @@
 //! counts the bytes queued and not yet written and refuses more past its
 //! bound: a peer that does not read cannot make weir hold its answers
 //! (the driver drops it and counts it).
+//!
+//! Both tasks are generic over the stream: the reader takes any
+//! [`PeerRead`] (a TCP read half, or the read half of any `AsyncRead +
+//! AsyncWrite` stream split with `tokio::io::split`, so encrypted and uTP
+//! streams use the same tasks), the writer any `AsyncWrite`.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -17,8 +22,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 
 use crate::bandwidth::Limiter;
@@ -51,6 +56,28 @@ pub trait Decode: Send + 'static {
     /// `Ok(None)`: need more bytes. An error ends the connection.
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Msg>, String>;
 }
+
+/// The read side of a connection, as the [`reader`] sees it: bytes, and a
+/// hook after each read that returned some.
+pub trait PeerRead: AsyncRead + Unpin + Send + 'static {
+    /// Called after each read that returned data. TCP acknowledges at
+    /// once rather than after the delayed-ACK timer: a peer that writes a
+    /// block as header + payload without `TCP_NODELAY` (libtorrent does)
+    /// otherwise holds the payload ~40 ms for our ACK, and Linux clears
+    /// quick-ack mode by itself, so it is set per read.
+    fn after_read(&self) {}
+}
+
+impl PeerRead for OwnedReadHalf {
+    fn after_read(&self) {
+        #[cfg(target_os = "linux")]
+        let _ = socket2::SockRef::from(self.as_ref()).set_tcp_quickack(true);
+    }
+}
+
+/// Any stream split in two (an encrypted stream, a uTP stream, an
+/// in-memory pipe): nothing to do after a read.
+impl<S: AsyncRead + AsyncWrite + Send + 'static> PeerRead for tokio::io::ReadHalf<S> {}
 
 /// What a connection's tasks report to their driver.
 #[derive(Debug)]
@@ -176,17 +203,22 @@ impl WriteQueue {
 }
 
 /// Reads, decodes in place and forwards message batches to the driver.
-pub async fn reader<D, T>(
+/// `buf` holds what was read before (after a handshake); an undecodable
+/// message or a failed read is reported as [`ConnEvent::ReadError`] after
+/// the messages before it, the peer's close as [`ConnEvent::Closed`].
+pub async fn reader<R, D, T>(
     conn: u32,
-    mut rd: OwnedReadHalf,
+    mut rd: R,
     mut buf: BytesMut,
     mut decoder: D,
     down: Limiter,
     tx: mpsc::Sender<T>,
 ) where
+    R: PeerRead,
     D: Decode,
     T: From<ConnEvent<D::Msg>>,
 {
+    let failed = |reason: String| ConnEvent::ReadError { conn, reason }.into();
     loop {
         let mut msgs = Vec::new();
         let mut full = false;
@@ -202,15 +234,7 @@ pub async fn reader<D, T>(
                     if !msgs.is_empty() {
                         let _ = tx.send(ConnEvent::Messages { conn, msgs }.into()).await;
                     }
-                    let _ = tx
-                        .send(
-                            ConnEvent::ReadError {
-                                conn,
-                                reason: e.to_string(),
-                            }
-                            .into(),
-                        )
-                        .await;
+                    let _ = tx.send(failed(e)).await;
                     return;
                 }
             }
@@ -236,29 +260,16 @@ pub async fn reader<D, T>(
             Ok(n) => n,
             Err(e) => {
                 down.refund(grant);
-                let _ = tx
-                    .send(
-                        ConnEvent::ReadError {
-                            conn,
-                            reason: e.to_string(),
-                        }
-                        .into(),
-                    )
-                    .await;
+                let _ = tx.send(failed(e.to_string())).await;
                 return;
             }
         };
         down.refund(grant - n);
-        // Acknowledge at once rather than after the delayed-ACK timer: a
-        // peer that writes a block as header + payload without TCP_NODELAY
-        // (libtorrent does) otherwise holds the payload ~40 ms for our ACK.
-        // Linux clears quick-ack mode by itself, so it is set per read.
-        #[cfg(target_os = "linux")]
-        let _ = socket2::SockRef::from(rd.as_ref()).set_tcp_quickack(true);
         if n == 0 {
             let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
             return;
         }
+        rd.after_read();
     }
 }
 
@@ -279,7 +290,7 @@ struct Unit {
 /// its task to [`linger`] then, so the flush is bounded in time.
 pub async fn writer<M, T>(
     conn: u32,
-    mut wr: OwnedWriteHalf,
+    mut wr: impl AsyncWrite + Unpin,
     rx: WriteRx,
     up: Limiter,
     tx: mpsc::Sender<T>,

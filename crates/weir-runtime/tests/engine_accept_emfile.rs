@@ -1,8 +1,8 @@
-//! The engine's listeners keep accepting after running out of
-//! descriptors: an engine seeding a torrent (BitTorrent listener) and
-//! sharing a file (eD2k listener) hits EMFILE on both accepts (this
+//! Listeners keep accepting after running out of descriptors: an engine
+//! seeding a torrent (BitTorrent listener) and sharing a file (eD2k
+//! listener), and `weir ed2k-server`, hit EMFILE on their accepts (this
 //! process's descriptor limit lowered and filled), then, once descriptors
-//! are free again, takes the connections that waited and new ones.
+//! are free again, take the connections that waited and new ones.
 //!
 //! One test in its own process: the descriptor limit is process-wide.
 
@@ -16,9 +16,12 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_bt::wire::Handshake;
+use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
 use weir_ed2k::client::{ClientMessage, OwnHello};
 use weir_ed2k::packet::{Decoder, Limits};
+use weir_ed2k::server::{ClientToServer, ServerConfig};
+use weir_runtime::ed2k::{Ed2kServer, ServerOptions};
 
 fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
@@ -39,11 +42,10 @@ fn exhaust() -> Vec<std::fs::File> {
     }
 }
 
-async fn ed2k_hello_answered(s: &mut TcpStream) -> bool {
-    let hello = OwnHello::weir("emfile", 0, false).hello(Md4Hash([9; 16]), 1, 4662);
-    let mut b = BytesMut::new();
-    ClientMessage::Hello(hello).encode(&mut b);
-    if s.write_all(&b).await.is_err() {
+/// Sends `b` (an eD2k client's hello or a server login) and waits for a
+/// whole packet back.
+async fn ed2k_answered(s: &mut TcpStream, b: &[u8]) -> bool {
+    if s.write_all(b).await.is_err() {
         return false;
     }
     let mut dec = Decoder::new(Limits::CLIENT);
@@ -61,6 +63,25 @@ async fn ed2k_hello_answered(s: &mut TcpStream) -> bool {
     })
     .await;
     r.unwrap_or(false)
+}
+
+async fn ed2k_hello_answered(s: &mut TcpStream) -> bool {
+    let hello = OwnHello::weir("emfile", 0, false).hello(Md4Hash([9; 16]), 1, 4662);
+    let mut b = BytesMut::new();
+    ClientMessage::Hello(hello).encode(&mut b);
+    ed2k_answered(s, &b).await
+}
+
+async fn login_answered(s: &mut TcpStream) -> bool {
+    let mut b = BytesMut::new();
+    ClientToServer::Login {
+        user_hash: Md4Hash([4; 16]),
+        client_id: 0,
+        port: 4662,
+        tags: vec![],
+    }
+    .encode(&mut b);
+    ed2k_answered(s, &b).await
 }
 
 async fn handshake_answered(s: &mut TcpStream, ours: &Handshake) -> bool {
@@ -95,6 +116,14 @@ fn engine_listeners_survive_running_out_of_descriptors() {
         let bt_addr = engine.bt_addr.unwrap();
         let ed2k_addr = engine.ed2k_addr.unwrap();
         let ours = Handshake::new(meta.info_hash, *b"-XX0000-emfile-test0");
+        let server = Ed2kServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::new(NetPolicy::loopback(), ServerConfig::default()),
+        )
+        .await
+        .unwrap();
+        let server_addr = server.local_addr().unwrap();
+        let server_task = tokio::spawn(server.run(|_| {}));
 
         // A low limit, filled.
         let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
@@ -108,14 +137,25 @@ fn engine_listeners_survive_running_out_of_descriptors() {
         held.pop();
         let mut b = TcpStream::connect(bt_addr).await.unwrap();
         held.extend(exhaust());
-        // Both accept loops meet the error (and say so once each).
+        held.pop();
+        let mut e = TcpStream::connect(server_addr).await.unwrap();
+        held.extend(exhaust());
+        // The three accept loops meet the error (and each says so, naming
+        // its address).
         let seen = tokio::time::timeout(Duration::from_secs(10), async {
-            while log.lines("Too many open files").len() < 2 {
+            loop {
+                let lines = log.lines("Too many open files");
+                let named =
+                    |a: std::net::SocketAddr| lines.iter().any(|l| l.contains(&a.to_string()));
+                if [ed2k_addr, bt_addr, server_addr].into_iter().all(named) {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
         .await;
         assert!(seen.is_ok(), "the accept loops did not meet EMFILE");
+        assert!(!server_task.is_finished(), "ed2k-server stopped on EMFILE");
 
         // Descriptors free again: the waiting connections are taken.
         drop(held);
@@ -128,11 +168,17 @@ fn engine_listeners_survive_running_out_of_descriptors() {
             handshake_answered(&mut b, &ours).await,
             "the BitTorrent listener stopped accepting"
         );
+        assert!(
+            login_answered(&mut e).await,
+            "ed2k-server stopped accepting"
+        );
         // And new ones.
         let mut c = TcpStream::connect(ed2k_addr).await.unwrap();
         assert!(ed2k_hello_answered(&mut c).await);
         let mut d = TcpStream::connect(bt_addr).await.unwrap();
         assert!(handshake_answered(&mut d, &ours).await);
+        let mut f = TcpStream::connect(server_addr).await.unwrap();
+        assert!(login_answered(&mut f).await);
         stop(engine).await;
         let _ = std::fs::remove_dir_all(&dir);
     });

@@ -2,9 +2,9 @@
 //! hostile peers and servers on loopback (small tokio programs in this
 //! test): dials and handshakes past the limits, idle connections, a
 //! tracker's huge answer, a peer that does not read its answers, and an
-//! eD2k server asking for callbacks. The same bounds as the old drivers'
-//! (`hostile.rs`), held by the session (limits) and the engine (write
-//! queues, timeouts, the accept loop).
+//! eD2k server asking for callbacks. The bounds are held by the session
+//! (limits) and the engine (write queues, timeouts, the accept loop);
+//! `weir ed2k-server`'s own are in `ed2k_server.rs`.
 
 mod engine_common;
 
@@ -221,7 +221,7 @@ async fn an_ed2k_peer_that_does_not_read_is_dropped_at_the_queue_bound() {
         }
         // Weir closed it, for not reading, with no more queued for it than
         // the eD2k core's upload watermark plus one read plus 1 MiB of
-        // control messages (the old driver's bound), and not much less.
+        // control messages, and not much less.
         let got = read_to_close(&mut s, Duration::from_secs(20)).await;
         assert!(got.is_some(), "a peer that does not read was kept");
         let core = weir_ed2k::transfer::ClientConfig::new(Md4Hash([0; 16]));
@@ -234,12 +234,7 @@ async fn an_ed2k_peer_that_does_not_read_is_dropped_at_the_queue_bound() {
             .filter(|l| l.contains(&format!("(limit {bound})")))
             .collect();
         assert_eq!(lines.len(), 1, "{all:?}");
-        let queued: u64 = lines[0]
-            .split("reading: ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no figure in {}", lines[0]));
+        let queued = queued_when_dropped(lines[0]);
         assert!(
             (bound - (1 << 20)..=bound).contains(&queued),
             "dropped with {queued} bytes queued (bound {bound}), {sent} bytes asked"

@@ -1,6 +1,5 @@
 //! The engine seeds to the engine over 127.0.0.1 in one process: whole
-//! downloads of a multi-file torrent, and resume after a stop (what
-//! `bt_loopback.rs` checks of the old BitTorrent driver).
+//! downloads of a multi-file torrent, and resume after a stop.
 
 mod engine_common;
 

@@ -156,7 +156,7 @@ impl Node {
 async fn engine(keep_running: bool, down: u64) -> Engine {
     // A user hash of its own: two eD2k engines of one process must not
     // take each other for themselves.
-    let peer_id = weir_runtime::bt::new_peer_id();
+    let peer_id = weir_runtime::engine::new_peer_id();
     let mut uh = [0u8; 16];
     uh.copy_from_slice(&peer_id[4..]);
     let session = SessionConfig::new(NetPolicy::loopback(), peer_id, Md4Hash(uh));

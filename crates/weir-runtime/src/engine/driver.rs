@@ -659,7 +659,7 @@ impl Driver {
                 // Paths from the torrent stay below the download directory,
                 // the torrent's folder included: it is opened as part of
                 // the layout (a link there is refused), never as the root.
-                let (root, layout) = (src.dir.clone(), crate::bt::layout(&src.meta));
+                let (root, layout) = (src.dir.clone(), super::spec::layout(&src.meta));
                 let geometry = weir_core::geometry::Geometry::new(
                     src.meta.info.total_length(),
                     src.meta.info.piece_length,
@@ -703,9 +703,9 @@ impl Driver {
                     dir: src.dir.clone(),
                     layout: FileLayout::new([(std::path::PathBuf::from(&l.name), l.size)]),
                     geometry: weir_ed2k::geometry(l.size),
-                    digests: crate::ed2k::client::link_digests(l),
+                    digests: super::spec::link_digests(l),
                     id: l.hash.0.to_vec(),
-                    stem: crate::ed2k::client::journal_stem(&l.hash),
+                    stem: super::spec::journal_stem(&l.hash),
                     name: l.name.clone(),
                 };
                 let mut opts = src.open;
@@ -714,7 +714,7 @@ impl Driver {
                 // itself by its file hash.
                 let (size, hash) = (l.size, l.hash);
                 let derive: storage::DeriveDigests =
-                    Box::new(move |r| crate::ed2k::client::derive_digests(r, size, hash));
+                    Box::new(move |r| super::spec::derive_digests(r, size, hash));
                 self.open_storage(Pending::Ed2k(src, reply), spec, opts, Some(derive));
             }
             Command::Share(src, reply) => {
@@ -726,7 +726,7 @@ impl Driver {
                     geometry: weir_ed2k::geometry(h.size),
                     digests: Some(h.part_digests().into()),
                     id: h.file_hash.0.to_vec(),
-                    stem: crate::ed2k::client::journal_stem(&h.file_hash),
+                    stem: super::spec::journal_stem(&h.file_hash),
                     name,
                 };
                 // Hashed by the caller just now; shared as it is, read-only.

@@ -19,6 +19,7 @@
 //! in virtual time.
 
 mod driver;
+mod spec;
 mod trackers;
 mod wire;
 
@@ -91,6 +92,27 @@ impl EngineConfig {
             accept_at_start: true,
         }
     }
+}
+
+/// A fresh BitTorrent peer id (for [`SessionConfig::peer_id`]):
+/// `-WR0100-` and 12 characters drawn from the clock and the process's
+/// hash seed, so two engines started together differ.
+pub fn new_peer_id() -> [u8; 20] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    let rng = h.finish();
+    let mut id = *b"-WR0100-000000000000";
+    for (i, b) in id[8..].iter_mut().enumerate() {
+        let x = (rng >> ((i % 8) * 8)) as u8 ^ (rng >> 40) as u8 ^ i as u8;
+        *b = b"0123456789abcdefghijklmnopqrstuvwxyz"[(x % 36) as usize];
+    }
+    id
 }
 
 /// A torrent to add.
@@ -203,7 +225,7 @@ impl DataPaths {
         DataPaths {
             own_root: false,
             root: dir.to_path_buf(),
-            files: crate::bt::layout(meta)
+            files: spec::layout(meta)
                 .files()
                 .iter()
                 .map(|f| f.path.clone())
@@ -217,7 +239,7 @@ impl DataPaths {
         DataPaths {
             root: dir.to_path_buf(),
             files: vec![PathBuf::from(&link.name)],
-            side: side(&crate::ed2k::client::journal_stem(&link.hash)),
+            side: side(&spec::journal_stem(&link.hash)),
             own_root: false,
         }
     }
@@ -451,5 +473,22 @@ impl EngineHandle {
     /// Asks the engine to stop.
     pub async fn stop(&self) {
         self.command(Command::Stop).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn peer_ids_are_weirs_and_differ() {
+        let (a, b) = (super::new_peer_id(), super::new_peer_id());
+        for id in [a, b] {
+            assert_eq!(&id[..8], b"-WR0100-");
+            assert!(
+                id[8..]
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+            );
+        }
+        assert_ne!(a, b);
     }
 }

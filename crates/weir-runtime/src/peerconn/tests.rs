@@ -359,3 +359,55 @@ async fn a_writer_let_go_of_flushes_for_at_most_the_linger_time() {
         "{took:?}"
     );
 }
+
+/// Not TCP: both tasks over the halves of an in-memory stream split with
+/// `tokio::io::split`, as an encrypted or uTP stream would be. A leftover
+/// from before (a handshake's tail) is decoded first; what the writer
+/// sends comes out the other end, each write reported.
+#[tokio::test(flavor = "current_thread")]
+async fn both_tasks_run_over_any_split_stream() {
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    let (rd, wr) = tokio::io::split(ours);
+    let (mut their_rd, mut their_wr) = tokio::io::split(theirs);
+    let (tx, mut ev) = mpsc::channel::<Ev>(64);
+    let mut leftover = BytesMut::new();
+    leftover.extend_from_slice(&frame(b"before"));
+    tokio::spawn(reader(
+        5,
+        rd,
+        leftover,
+        Frames,
+        Limiter::unlimited(),
+        tx.clone(),
+    ));
+    let (q, wrx) = write_queue(1 << 20);
+    tokio::spawn(writer::<Bytes, Ev>(5, wr, wrx, Limiter::unlimited(), tx));
+    q.send(Outgoing {
+        data: vec![frame(b"to them"), frame(b"and more")],
+        payload: 0,
+    })
+    .unwrap();
+    let mut out = frame(b"to them").to_vec();
+    out.extend_from_slice(&frame(b"and more"));
+    let mut got = vec![0u8; out.len()];
+    their_rd.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, out);
+    their_wr.write_all(&frame(b"after")).await.unwrap();
+    their_wr.shutdown().await.unwrap();
+    let (mut msgs, mut sent, mut closed) = (Vec::new(), 0u64, false);
+    while !closed || sent < out.len() as u64 {
+        let e = tokio::time::timeout(Duration::from_secs(5), ev.recv()).await;
+        match e.expect("an event").unwrap() {
+            ConnEvent::Messages { conn: 5, msgs: m } => msgs.extend(m),
+            ConnEvent::Sent { conn: 5, bytes } => sent += bytes,
+            ConnEvent::Closed { conn: 5 } => closed = true,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        msgs,
+        vec![Bytes::from_static(b"before"), Bytes::from_static(b"after")]
+    );
+    assert_eq!(sent, out.len() as u64);
+    assert_eq!(q.queued(), 0);
+}

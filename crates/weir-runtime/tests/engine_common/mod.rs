@@ -316,3 +316,14 @@ impl Log {
             .collect()
     }
 }
+
+/// The bytes that were queued for a connection dropped for not reading,
+/// from its log line (`peer is not reading: N bytes queued for it (limit
+/// L)`, what `peerconn::QueueError::Full` says).
+pub(crate) fn queued_when_dropped(line: &str) -> u64 {
+    line.split("reading: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {line}"))
+}

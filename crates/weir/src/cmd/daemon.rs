@@ -163,7 +163,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let down = adjustable_bucket();
         let up = adjustable_bucket();
-        let peer_id = weir_runtime::bt::new_peer_id();
+        let peer_id = weir_runtime::engine::new_peer_id();
         let mut session = SessionConfig::new(ctx.policy.clone(), peer_id, user_hash.for_port(0));
         session.seed = fastrand::u64(..);
         let mut cfg = EngineConfig::new(session);

@@ -71,7 +71,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
         let node = |policy: &NetPolicy| {
             let session = SessionConfig::new(
                 policy.clone(),
-                weir_runtime::bt::new_peer_id(),
+                weir_runtime::engine::new_peer_id(),
                 weir_ed2k::Md4Hash([0; 16]),
             );
             let mut cfg = EngineConfig::new(session);

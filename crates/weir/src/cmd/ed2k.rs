@@ -10,7 +10,8 @@ use anyhow::Context;
 use weir_ed2k::client::hello::id_to_ip;
 use weir_ed2k::link::FileLink;
 use weir_ed2k::server::{ServerConfig, ServerEvent};
-use weir_runtime::ed2k::{Ed2kServer, ServerOptions, SharedFile};
+use weir_runtime::ed2k::{Ed2kServer, ServerOptions};
+use weir_runtime::engine::SharedSource;
 
 use crate::cmd::get::TransferOpts;
 use crate::cmd::{Ctx, Signals};
@@ -114,7 +115,7 @@ pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow:
             )));
         }
         let hashes = crate::cmd::hash::hash_file(path)?;
-        shares.push(SharedFile {
+        shares.push(SharedSource {
             path: path.clone(),
             hashes,
         });
@@ -143,7 +144,7 @@ pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow:
 
 /// The link of a shared file, naming this client as its source when it
 /// listens on a specific address.
-pub(crate) fn share_link(s: &SharedFile, local: Option<SocketAddr>) -> String {
+pub(crate) fn share_link(s: &SharedSource, local: Option<SocketAddr>) -> String {
     let name = s
         .path
         .file_name()

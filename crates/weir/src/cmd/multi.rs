@@ -39,7 +39,7 @@ pub(crate) struct Sources {
     /// eD2k links.
     pub(crate) links: Vec<FileLink>,
     /// Complete files to share on eD2k (their links are printed).
-    pub(crate) shares: Vec<weir_runtime::ed2k::SharedFile>,
+    pub(crate) shares: Vec<SharedSource>,
 }
 
 /// How the run goes.
@@ -96,7 +96,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
     let addrs = crate::cmd::listen_addrs(opts.listen, 2);
     let rt = crate::cmd::runtime()?;
     rt.block_on(async move {
-        let peer_id = weir_runtime::bt::new_peer_id();
+        let peer_id = weir_runtime::engine::new_peer_id();
         let mut session = SessionConfig::new(ctx.policy.clone(), peer_id, user_hash.for_port(0));
         session.global.max_peers = opts.max_peers;
         session.order = run.order;
@@ -241,13 +241,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                 .path
                 .file_name()
                 .map_or_else(|| "ed2k".into(), |n| n.to_string_lossy().into_owned());
-            let id = engine
-                .share(SharedSource {
-                    path: f.path.clone(),
-                    hashes: f.hashes.clone(),
-                })
-                .await
-                .map_err(engine_error)?;
+            let id = engine.share(f.clone()).await.map_err(engine_error)?;
             crate::out::outln!("{}", crate::cmd::ed2k::share_link(f, engine.ed2k_addr))?;
             shown.insert(
                 id,
@@ -329,7 +323,7 @@ async fn magnet_torrent(
     let opts = weir_runtime::magnet::FetchOptions {
         policy: ctx.policy.clone(),
         peers: peers.to_vec(),
-        peer_id: weir_runtime::bt::new_peer_id(),
+        peer_id: weir_runtime::engine::new_peer_id(),
         port: engine.bt_addr.map_or(0, |a| a.port()),
         local_ip: engine.bt_addr.map(|a| a.ip()),
         use_trackers: !run.opts.no_trackers,

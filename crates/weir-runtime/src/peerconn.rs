@@ -40,6 +40,27 @@ const MIN_FREE: usize = 64 * 1024;
 /// peer flooding them made the engine's process grow by ~480 MiB. Blocks
 /// (16 KiB and more) come 32 or fewer per read, under the cap.
 pub const MAX_BATCH: usize = 1024;
+/// Batches one connection may have on their way to the driver. The
+/// driver's channel is shared by every connection: without a bound of its
+/// own, one peer flooding tiny messages fills all of it (its decoded
+/// messages held there, honest peers' data queued behind). Several, so a
+/// fast peer's next read is decoded while the driver takes the last.
+pub const BATCHES_IN_FLIGHT: usize = 4;
+
+/// A connection's credit for one batch in flight (see
+/// [`ConnEvent::Messages`]); returned when dropped.
+#[derive(Debug)]
+pub struct Credit {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Credit {
+    /// A credit bound to nothing (for events made outside a [`reader`]).
+    pub fn none() -> Self {
+        Credit { _permit: None }
+    }
+}
+
 /// Most slices in one vectored write.
 const MAX_IOV: usize = 512;
 /// After the driver lets go of a connection, the writer flushes what is
@@ -88,6 +109,9 @@ pub enum ConnEvent<M> {
         conn: u32,
         /// The messages.
         msgs: Vec<M>,
+        /// One of the connection's [`BATCHES_IN_FLIGHT`]: dropping the
+        /// event (once handled) lets its reader forward another batch.
+        credit: Credit,
     },
     /// The peer sent something undecodable, or the socket failed.
     ReadError {
@@ -219,6 +243,16 @@ pub async fn reader<R, D, T>(
     T: From<ConnEvent<D::Msg>>,
 {
     let failed = |reason: String| ConnEvent::ReadError { conn, reason }.into();
+    let credits = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
+    let credit = || {
+        let c = credits.clone();
+        async move {
+            // Never closed: the semaphore lives as long as this reader.
+            Credit {
+                _permit: c.acquire_owned().await.ok(),
+            }
+        }
+    };
     loop {
         let mut msgs = Vec::new();
         let mut full = false;
@@ -232,20 +266,25 @@ pub async fn reader<R, D, T>(
                 Ok(None) => break,
                 Err(e) => {
                     if !msgs.is_empty() {
-                        let _ = tx.send(ConnEvent::Messages { conn, msgs }.into()).await;
+                        let credit = credit().await;
+                        let _ = tx
+                            .send(ConnEvent::Messages { conn, msgs, credit }.into())
+                            .await;
                     }
                     let _ = tx.send(failed(e)).await;
                     return;
                 }
             }
         }
-        if !msgs.is_empty()
-            && tx
-                .send(ConnEvent::Messages { conn, msgs }.into())
+        if !msgs.is_empty() {
+            let credit = credit().await;
+            if tx
+                .send(ConnEvent::Messages { conn, msgs, credit }.into())
                 .await
                 .is_err()
-        {
-            return;
+            {
+                return;
+            }
         }
         if full {
             // The rest of what was read first, then read again.

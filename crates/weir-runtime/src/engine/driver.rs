@@ -446,7 +446,7 @@ impl Driver {
 
     fn on_conn_event(&mut self, ev: ConnEvent<Wire>, now: Instant) {
         match ev {
-            ConnEvent::Messages { conn, msgs } => {
+            ConnEvent::Messages { conn, msgs, .. } => {
                 let Some(c) = self.conns.get(&conn) else {
                     return;
                 };

@@ -107,7 +107,9 @@ async fn the_reader_forwards_what_one_read_holds_as_one_batch() {
     let mut batches = 0;
     loop {
         match ev.recv().await.unwrap() {
-            ConnEvent::Messages { conn: 3, msgs: m } => {
+            ConnEvent::Messages {
+                conn: 3, msgs: m, ..
+            } => {
                 batches += 1;
                 msgs.extend(m);
             }
@@ -398,7 +400,9 @@ async fn both_tasks_run_over_any_split_stream() {
     while !closed || sent < out.len() as u64 {
         let e = tokio::time::timeout(Duration::from_secs(5), ev.recv()).await;
         match e.expect("an event").unwrap() {
-            ConnEvent::Messages { conn: 5, msgs: m } => msgs.extend(m),
+            ConnEvent::Messages {
+                conn: 5, msgs: m, ..
+            } => msgs.extend(m),
             ConnEvent::Sent { conn: 5, bytes } => sent += bytes,
             ConnEvent::Closed { conn: 5 } => closed = true,
             other => panic!("{other:?}"),
@@ -410,4 +414,62 @@ async fn both_tasks_run_over_any_split_stream() {
     );
     assert_eq!(sent, out.len() as u64);
     assert_eq!(q.queued(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_flooding_peer_has_at_most_its_batches_in_flight() {
+    // 64k tiny frames: 64 full batches, while the driver's channel has
+    // room for all of them. Only BATCHES_IN_FLIGHT are forwarded until the
+    // driver lets go of one.
+    let (ours, mut theirs) = pair().await;
+    let (rd, _wr) = ours.into_split();
+    let (tx, mut ev) = mpsc::channel::<Ev>(1 << 10);
+    let mut all = BytesMut::new();
+    for _ in 0..MAX_BATCH * 64 {
+        all.extend_from_slice(&frame(b"x"));
+    }
+    let flood = tokio::spawn(async move {
+        theirs.write_all(&all).await.unwrap();
+        theirs
+    });
+    tokio::spawn(reader(
+        4,
+        rd,
+        BytesMut::with_capacity(READ_BUF),
+        Frames,
+        Limiter::unlimited(),
+        tx,
+    ));
+    let mut held = Vec::new();
+    while held.len() < BATCHES_IN_FLIGHT {
+        held.push(ev.recv().await.unwrap());
+    }
+    // Nothing more while all credits are held (the reader has plenty read).
+    let more = tokio::time::timeout(Duration::from_millis(300), ev.recv()).await;
+    assert!(more.is_err(), "a batch past the credits: {more:?}");
+    assert!(
+        held.iter()
+            .all(|e| matches!(e, ConnEvent::Messages { msgs, .. } if msgs.len() <= MAX_BATCH))
+    );
+    let count = |e: &Ev| match e {
+        ConnEvent::Messages { msgs, .. } => msgs.len(),
+        other => panic!("{other:?}"),
+    };
+    let mut total: usize = held.iter().map(count).sum();
+    // Letting go of one lets exactly one more through.
+    held.pop();
+    let next = ev.recv().await.unwrap();
+    assert!(matches!(next, ConnEvent::Messages { conn: 4, .. }));
+    total += count(&next);
+    let more = tokio::time::timeout(Duration::from_millis(300), ev.recv()).await;
+    assert!(more.is_err(), "two batches for one credit");
+    // Handled as they come: the whole flood arrives.
+    drop(held);
+    drop(next);
+    while total < MAX_BATCH * 64 {
+        let e = ev.recv().await.unwrap();
+        total += count(&e);
+    }
+    assert_eq!(total, MAX_BATCH * 64);
+    drop(flood);
 }

@@ -7,6 +7,7 @@
 //! writers acquire before a write. An unlimited limiter grants at once and
 //! never touches an atomic. Asking for 0 bytes never waits.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -22,6 +23,8 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub struct SharedBucket {
     bucket: TokenBucket,
     refilled: Notify,
+    /// A refill task runs for it.
+    ticking: AtomicBool,
 }
 
 impl SharedBucket {
@@ -35,6 +38,17 @@ impl SharedBucket {
     pub fn set_rate(&self, rate: u64) {
         self.bucket.set_rate(rate);
     }
+
+    /// Changes a cap, starting the bucket's refill task if it has none
+    /// yet: a bucket made unlimited (costing nothing) can be capped later
+    /// this way, e.g. a transfer's own cap set over RPC. Must be called
+    /// inside a tokio runtime when `rate > 0`.
+    pub fn set_rate_live(self: &Arc<Self>, rate: u64) {
+        self.bucket.set_rate(rate);
+        if rate > 0 && !self.ticking.swap(true, Ordering::AcqRel) {
+            tokio::spawn(refill_loop(Arc::downgrade(self)));
+        }
+    }
 }
 
 /// Makes a bucket capping at `rate` bytes/s (0 = unlimited). A capped
@@ -45,6 +59,7 @@ pub fn bucket(rate: u64) -> Arc<SharedBucket> {
     let b = Arc::new(SharedBucket {
         bucket: TokenBucket::new(rate),
         refilled: Notify::new(),
+        ticking: AtomicBool::new(rate > 0),
     });
     if rate > 0 {
         tokio::spawn(refill_loop(Arc::downgrade(&b)));
@@ -87,6 +102,15 @@ impl Limiter {
 
     /// A limiter over these buckets (all must grant).
     pub fn new(chain: Vec<Arc<SharedBucket>>) -> Self {
+        Self { chain }
+    }
+
+    /// This limiter with `first` in front of its chain (a transfer's own
+    /// cap before the global one).
+    pub fn with(&self, first: Arc<SharedBucket>) -> Self {
+        let mut chain = Vec::with_capacity(self.chain.len() + 1);
+        chain.push(first);
+        chain.extend(self.chain.iter().cloned());
         Self { chain }
     }
 

@@ -458,6 +458,24 @@ mod tests {
     }
 
     #[test]
+    fn a_state_written_before_limits_and_settings_reads_with_defaults() {
+        let body = br#"{"next_id":2,"transfers":[{"id":1,"source":{"ed2k":{"link":"ed2k://|file|a.bin|10|D3B6B09D73D3FE0DD41DDE5ED244215A|/"}},"download_dir":"/d","paused":true,"added":5}],"caps":{"down":null,"up":[20,true]}}"#;
+        let mut data = format!(
+            "weir-daemon-state 1 {:08x} {}\n",
+            crc32fast::hash(body),
+            body.len()
+        )
+        .into_bytes();
+        data.extend_from_slice(body);
+        let s = State::decode(&data, Path::new("/x")).unwrap();
+        assert_eq!(s.transfers[0].limits, Limits::default());
+        assert!(!s.transfers[0].finished && s.transfers[0].peers.is_empty());
+        assert_eq!(s.settings, crate::backend::SessionChange::default());
+        assert!(s.queue.is_empty());
+        assert_eq!(s.caps.up, Some((20, true)));
+    }
+
+    #[test]
     fn every_truncation_and_flip_is_refused() {
         let data = sample().encode();
         let p = Path::new("/x/transfers.state");

@@ -201,6 +201,11 @@ impl EngineBackend {
                     e.record.finished = false;
                 }
                 e.edited = now;
+                if change.seed_idle_mode.is_some() || change.seed_idle_limit.is_some() {
+                    // Idle time counts from the new goal (activity is only
+                    // followed while a goal applies).
+                    e.last_active = now;
+                }
                 let l = e.record.limits;
                 let changed = (l.down_kbps, l.down_on, l.up_kbps, l.up_on)
                     != (
@@ -372,6 +377,19 @@ impl EngineBackend {
     }
 
     async fn check_limits(&self) {
+        // Nothing to check (the usual case): no snapshot of every transfer.
+        let any_goal = {
+            let st = self.lock();
+            st.settings.seed_ratio_limited
+                || st.settings.idle_seeding_limit_enabled
+                || st
+                    .entries
+                    .values()
+                    .any(|e| e.record.limits.ratio_mode == 1 || e.record.limits.idle_mode == 1)
+        };
+        if !any_goal {
+            return;
+        }
         let infos = self.snapshot().await;
         let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
         let now = unix_now();

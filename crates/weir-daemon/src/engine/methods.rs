@@ -46,6 +46,16 @@ impl Backend for EngineBackend {
             || change.speed_limit_up_enabled.is_some();
         let (down, up) = {
             let mut st = self.lock();
+            if change.idle_seeding_limit_enabled == Some(true)
+                && !st.settings.idle_seeding_limit_enabled
+            {
+                // Idle time counts from now (activity is only followed
+                // while a goal applies).
+                let now = unix_now();
+                for e in st.entries.values_mut() {
+                    e.last_active = now;
+                }
+            }
             st.saved.merge(change.clone());
             st.settings.apply(change);
             // What weir does not do stays off whatever was asked.

@@ -40,6 +40,8 @@ fn config(state: &Path, downloads: &Path) -> BackendConfig {
         policy: NetPolicy::loopback(),
         down: bucket(0),
         up: bucket(0),
+        listen_ip: None,
+        use_trackers: false,
     }
 }
 
@@ -184,6 +186,163 @@ async fn a_kept_torrent_that_does_not_match_is_refused() -> anyhow::Result<()> {
         Err(StateError::Io { path, .. }) => assert_eq!(path, kept),
         other => panic!("started: {other:?}"),
     }
+    stop(e).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Result<()> {
+    let (dir, state, downloads) = tmp("engine-backend-set")?;
+    let (one, _) = make_torrent(dir.path(), "one.bin", &[("", 150_000)])?;
+    let (two, _) = make_torrent(dir.path(), "two", &[("a", 70_000), ("b/c", 90_000)])?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    for t in [&one, &two] {
+        b.add(AddRequest::new(AddSource::Path(t.clone()))).await?;
+    }
+    // An eD2k link added paused is paused in the engine from the start.
+    let mut ed = AddRequest::new(AddSource::Ed2k(LINK.into()));
+    ed.paused = Some(true);
+    b.add(ed).await?;
+    wait(&b, "both torrents seeding", |t| {
+        t.len() == 3 && t[..2].iter().all(|v| v.state == TransferState::Seeding)
+    })
+    .await;
+    let snap = e.handle().snapshot().await;
+    let c = snap
+        .iter()
+        .find(|i| i.name == "c.bin")
+        .expect("in the engine");
+    assert_eq!(c.phase, weir_session::Phase::Paused);
+    assert_eq!(c.downloaded, (0, 0));
+
+    // Caps, ratio goal and labels read back.
+    let one_sel = || Selection::Refs(vec![TransferRef::Id(1)]);
+    b.change(
+        one_sel(),
+        TransferChange {
+            download_limit: Some(40),
+            download_limited: Some(true),
+            upload_limit: Some(30),
+            upload_limited: Some(true),
+            labels: Some(vec!["x".into()]),
+            files_wanted: Some(FileSet::All),
+            ..TransferChange::default()
+        },
+    )
+    .await?;
+    let v = &all(&b).await[0];
+    assert_eq!(
+        v.download_limit,
+        SpeedLimit {
+            kbps: 40,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        v.upload_limit,
+        SpeedLimit {
+            kbps: 30,
+            enabled: true
+        }
+    );
+    assert_eq!(&*v.labels, &["x".to_string()]);
+    // File selection is refused naming it, and nothing changes.
+    let unwanted = TransferChange {
+        files_unwanted: Some(FileSet::Indices(vec![0])),
+        download_limit: Some(1),
+        ..TransferChange::default()
+    };
+    match b.change(one_sel(), unwanted).await {
+        Err(BackendError::Unsupported(m)) => assert!(m.contains("files-unwanted"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(all(&b).await[0].download_limit.kbps, 40);
+    // A ratio goal of 0 is met by a complete torrent: it stops, finished.
+    b.change(
+        one_sel(),
+        TransferChange {
+            seed_ratio_limit: Some(0.0),
+            seed_ratio_mode: Some(LimitMode::Single),
+            ..TransferChange::default()
+        },
+    )
+    .await?;
+    let t = wait(&b, "stopped at its ratio goal", |t| {
+        t[0].state == TransferState::Stopped && t[0].is_finished
+    })
+    .await;
+    assert_eq!(t[0].seed_ratio_mode, LimitMode::Single);
+    assert_eq!(t[1].state, TransferState::Seeding, "the other goes on");
+
+    // Queue moves.
+    let pos = |t: &[std::sync::Arc<TransferView>]| -> Vec<u32> {
+        t.iter().map(|v| v.queue_position).collect()
+    };
+    assert_eq!(pos(&all(&b).await), vec![0, 1, 2]);
+    b.act(Selection::Refs(vec![TransferRef::Id(3)]), Action::QueueTop)
+        .await?;
+    assert_eq!(pos(&all(&b).await), vec![1, 2, 0]);
+    b.act(one_sel(), Action::QueueDown).await?;
+    assert_eq!(pos(&all(&b).await), vec![2, 1, 0]);
+    b.act(
+        Selection::Refs(vec![TransferRef::Id(3)]),
+        Action::QueueBottom,
+    )
+    .await?;
+    b.act(Selection::Refs(vec![TransferRef::Id(2)]), Action::QueueUp)
+        .await?;
+    assert_eq!(pos(&all(&b).await), vec![1, 0, 2]);
+    b.act(Selection::All, Action::Reannounce).await?;
+
+    // Moved with its data: the folder leaves, the torrent seeds from there.
+    let moved = dir.subdir("moved")?;
+    b.set_location(
+        Selection::Refs(vec![TransferRef::Id(2)]),
+        moved.clone(),
+        true,
+    )
+    .await?;
+    assert!(!downloads.join("two").exists());
+    assert_eq!(std::fs::read(moved.join("two/b/c"))?.len(), 90_000);
+    let t = wait(&b, "seeding from the new place", |t| {
+        t[1].state == TransferState::Seeding && t[1].have_valid == 160_000
+    })
+    .await;
+    assert_eq!(&*t[1].download_dir, moved.to_str().unwrap());
+
+    // Session settings persist.
+    let elsewhere = dir.subdir("elsewhere")?;
+    b.set_session(SessionChange {
+        download_dir: Some(elsewhere.clone()),
+        seed_ratio_limit: Some(0.25),
+        start_added_torrents: Some(false),
+        ..SessionChange::default()
+    })
+    .await?;
+    stop(e).await;
+    drop(b);
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    let s = b.session().await?;
+    assert_eq!(&*s.download_dir, elsewhere.to_str().unwrap());
+    assert_eq!(s.seed_ratio_limit, 0.25);
+    assert!(!s.start_added_torrents);
+    let back = wait(&b, "back from the state", |t| {
+        t.len() == 3 && t[1].state == TransferState::Seeding
+    })
+    .await;
+    assert_eq!(pos(&back), vec![1, 0, 2]);
+    assert!(back[0].is_finished && back[0].state == TransferState::Stopped);
+    assert_eq!(
+        back[0].download_limit,
+        SpeedLimit {
+            kbps: 40,
+            enabled: true
+        }
+    );
+    assert_eq!(&*back[1].download_dir, moved.to_str().unwrap());
+    assert_eq!(back[2].state, TransferState::Stopped);
     stop(e).await;
     Ok(())
 }

@@ -2,7 +2,8 @@
 // profile, no request leaves for anywhere but the server under test).
 // Env: WEIR_URL (http://127.0.0.1:PORT/), WEIR_TORRENT (a .torrent to
 // upload), WEIR_TORRENT_NAME, WEIR_EXPECT_ROWS (transfers already there),
-// WEIR_PROFILE (an empty directory). Prints one line per step; exits non-zero
+// WEIR_PROFILE (an empty directory), WEIR_FIRST_NAME / WEIR_FIRST_STATE
+// (what row 1 reads; the fake backend's synthetic rows by default). Prints one line per step; exits non-zero
 // with the reason on the first failed check.
 import { chromium } from 'playwright-core';
 
@@ -12,6 +13,8 @@ const torrentName = process.env.WEIR_TORRENT_NAME;
 const expectRows = Number(process.env.WEIR_EXPECT_ROWS);
 const profile = process.env.WEIR_PROFILE;
 const origin = new URL(base).origin;
+const firstName = process.env.WEIR_FIRST_NAME || 'synthetic transfer 000001';
+const firstState = process.env.WEIR_FIRST_STATE || 'Downloading';
 
 function check(cond, what) {
   if (!cond) throw new Error(`check failed: ${what}`);
@@ -46,10 +49,11 @@ try {
   const applyMs = await page.evaluate(() => window.weirLastApplyMs);
   console.log(`listed ${expectRows} transfers: page ready in ${listMs} ms, rows built in ${applyMs.toFixed(1)} ms`);
   const first = await page.textContent('#rows tr[data-id="1"] td.name');
-  check(first === 'synthetic transfer 000001', `first row name: ${first}`);
+  check(first === firstName, `first row name: ${first}`);
   const pct = await page.textContent('#rows tr[data-id="1"] .bar b');
   check(/^\d+\.\d%$/.test(pct), `progress text: ${pct}`);
-  check((await page.textContent('#rows tr[data-id="1"] td.state')) === 'Downloading', 'state');
+  const state = await page.textContent('#rows tr[data-id="1"] td.state');
+  check(state === firstState, `first row state: ${state}`);
 
   // Add a .torrent by upload.
   await page.setInputFiles('#torrent-file', torrent);

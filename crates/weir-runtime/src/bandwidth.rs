@@ -7,6 +7,7 @@
 //! writers acquire before a write. An unlimited limiter grants at once and
 //! never touches an atomic. Asking for 0 bytes never waits.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -22,6 +23,8 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub struct SharedBucket {
     bucket: TokenBucket,
     refilled: Notify,
+    /// A refill task runs for it.
+    ticking: AtomicBool,
 }
 
 impl SharedBucket {
@@ -34,6 +37,20 @@ impl SharedBucket {
     /// one to cap it); the ticker applies it from its next tick.
     pub fn set_rate(&self, rate: u64) {
         self.bucket.set_rate(rate);
+        // Tasks waiting for a refill look again: made unlimited, no refill
+        // would ever wake them.
+        self.refilled.notify_waiters();
+    }
+
+    /// Changes a cap, starting the bucket's refill task if it has none
+    /// yet: a bucket made unlimited (costing nothing) can be capped later
+    /// this way, e.g. a transfer's own cap set over RPC. Must be called
+    /// inside a tokio runtime when `rate > 0`.
+    pub fn set_rate_live(self: &Arc<Self>, rate: u64) {
+        self.set_rate(rate);
+        if rate > 0 && !self.ticking.swap(true, Ordering::AcqRel) {
+            tokio::spawn(refill_loop(Arc::downgrade(self)));
+        }
     }
 }
 
@@ -45,6 +62,7 @@ pub fn bucket(rate: u64) -> Arc<SharedBucket> {
     let b = Arc::new(SharedBucket {
         bucket: TokenBucket::new(rate),
         refilled: Notify::new(),
+        ticking: AtomicBool::new(rate > 0),
     });
     if rate > 0 {
         tokio::spawn(refill_loop(Arc::downgrade(&b)));
@@ -87,6 +105,15 @@ impl Limiter {
 
     /// A limiter over these buckets (all must grant).
     pub fn new(chain: Vec<Arc<SharedBucket>>) -> Self {
+        Self { chain }
+    }
+
+    /// This limiter with `first` in front of its chain (a transfer's own
+    /// cap before the global one).
+    pub fn with(&self, first: Arc<SharedBucket>) -> Self {
+        let mut chain = Vec::with_capacity(self.chain.len() + 1);
+        chain.push(first);
+        chain.extend(self.chain.iter().cloned());
         Self { chain }
     }
 
@@ -145,6 +172,42 @@ mod tests {
         let secs = start.elapsed().as_secs_f64();
         // 3 MB at 10 MB/s: about 0.3 s (the first ticks' carry is small).
         assert!((0.2..0.6).contains(&secs), "{secs}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bucket_capped_later_paces_and_a_lifted_cap_wakes_waiters() {
+        // Unlimited and tickerless, then capped live through a chain.
+        let own = bucket(0);
+        let lim = Limiter::unlimited().with(own.clone());
+        assert!(lim.is_unlimited());
+        own.set_rate_live(1_000_000);
+        assert!(!lim.is_unlimited());
+        let start = tokio::time::Instant::now();
+        let mut got = 0usize;
+        while got < 300_000 {
+            got += lim.acquire(64 * 1024).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        assert!((0.2..0.6).contains(&secs), "{secs}");
+        // A reader waiting on a tiny cap wakes at once when it is lifted.
+        own.set_rate_live(1);
+        while own.bucket.available() > 0 {
+            own.bucket.reserve(1 << 30);
+        }
+        let waiter = tokio::spawn({
+            let lim = lim.clone();
+            async move { lim.acquire(1 << 20).await }
+        });
+        // Time to block (if it has not, it is granted all the same, and
+        // this tests less).
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "granted under a 1 B/s cap");
+        own.set_rate(0);
+        let granted = tokio::time::timeout(std::time::Duration::from_secs(2), waiter)
+            .await
+            .expect("the waiter woke")
+            .unwrap();
+        assert_eq!(granted, 1 << 20);
     }
 
     #[tokio::test]

@@ -349,6 +349,7 @@ async fn idle_incoming_ed2k_connections_give_way_and_time_out_and_honest_peers_g
                 open: weir_runtime::storage::OpenOptions::download(),
                 peers: vec![addr],
                 seed: false,
+                paused: false,
             })
             .await
             .unwrap();

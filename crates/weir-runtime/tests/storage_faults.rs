@@ -542,6 +542,7 @@ async fn a_full_disk_pauses_an_ed2k_download_and_it_resumes() {
             open: no_space_check(),
             peers: vec![seed_addr],
             seed: false,
+            paused: false,
         })
         .await
         .unwrap();

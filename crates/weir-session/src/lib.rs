@@ -40,7 +40,7 @@ mod transfer;
 mod types;
 
 pub use config::SessionConfig;
-pub use session::{AddEd2k, AddTorrent, Session};
+pub use session::{AddEd2k, AddTorrent, BtPeer, Session};
 pub use transfer::{Phase, RunState, TransferInfo};
 pub use types::{
     AddError, ConnId, Established, Hello, LogLevel, Proto, Refused, SessionEvent, TransferEvent,

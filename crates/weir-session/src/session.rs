@@ -86,6 +86,15 @@ pub struct AddEd2k {
     pub seed: bool,
 }
 
+/// One BitTorrent peer of a transfer ([`Session::bt_peers`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BtPeer {
+    /// What the torrent knows of it.
+    pub stats: weir_bt::torrent::PeerStats,
+    /// It connected to us.
+    pub incoming: bool,
+}
+
 /// Every transfer of every protocol, sans-IO. See the crate docs.
 #[derive(Debug)]
 pub struct Session {
@@ -594,6 +603,22 @@ impl Session {
             info.banned += s.banned;
         }
         Some(info)
+    }
+
+    /// The BitTorrent peers of a transfer at `now`, each with whether it
+    /// connected to us (empty: no such transfer, or no BitTorrent side).
+    pub fn bt_peers(&self, id: TransferId, now: Instant) -> Vec<BtPeer> {
+        let Some(b) = self.transfers.get(&id).and_then(|t| t.bt.as_ref()) else {
+            return Vec::new();
+        };
+        b.torrent
+            .peer_stats(now)
+            .into_iter()
+            .map(|stats| BtPeer {
+                incoming: self.conns.get(&stats.conn).is_some_and(|c| !c.outgoing),
+                stats,
+            })
+            .collect()
     }
 
     /// Connections by stage over the whole session.

@@ -306,10 +306,8 @@ fn an_ed2k_link_added_over_rpc_downloads_and_bad_adds_are_refused() -> anyhow::R
     };
     let e = refused(serde_json::json!({ "metainfo": "bm90IGEgdG9ycmVudA==" }));
     assert!(e.contains("invalid or corrupt torrent file"), "{e}");
-    let e = refused(serde_json::json!({
-        "filename": "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567"
-    }));
-    assert!(e.contains("magnet"), "{e}");
+    let e = refused(serde_json::json!({ "filename": "magnet:?dn=no-hash" }));
+    assert!(e.contains("bad magnet link"), "{e}");
     let e = refused(serde_json::json!({ "filename": "ed2k://|file|x|12|nothex|/" }));
     assert!(e.contains("ed2k"), "{e}");
     let e = refused(serde_json::json!({ "filename": "/nonexistent/x.torrent" }));

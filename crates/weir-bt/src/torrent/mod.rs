@@ -63,6 +63,35 @@ const BAN_STRIKES: u32 = 2;
 /// violation) before it is disconnected.
 const UNREQUESTED_ALLOWANCE: u32 = 8;
 
+/// One connected peer of a torrent, as [`Torrent::peer_stats`] reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerStats {
+    /// Its connection.
+    pub conn: ConnId,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// The peer id from its handshake.
+    pub peer_id: [u8; 20],
+    /// Its client name from its extension handshake (`v`), if it sent one.
+    pub client: Option<String>,
+    /// Pieces it says it has.
+    pub pieces_had: u32,
+    /// Pieces of the torrent.
+    pub pieces: u32,
+    /// We choke it.
+    pub am_choking: bool,
+    /// We are interested in it.
+    pub am_interested: bool,
+    /// It chokes us.
+    pub peer_choking: bool,
+    /// It is interested in us.
+    pub peer_interested: bool,
+    /// Bytes/s it sends us (display window).
+    pub download_rate: f64,
+    /// Bytes/s we send it (display window).
+    pub upload_rate: f64,
+}
+
 /// Tunables of one torrent.
 #[derive(Clone, Debug)]
 pub struct TorrentConfig {
@@ -353,6 +382,32 @@ impl Torrent {
         s.download_rate = self.peers.values().map(|p| p.down.display_rate(now)).sum();
         s.upload_rate = self.peers.values().map(|p| p.up.display_rate(now)).sum();
         s
+    }
+
+    /// Each connected peer at `now`, in connection order (what a front
+    /// end lists: `transmission-remote -pi`).
+    pub fn peer_stats(&self, now: Instant) -> Vec<PeerStats> {
+        let pieces = self.geo.piece_count();
+        self.peers
+            .iter()
+            .map(|(conn, p)| PeerStats {
+                conn: *conn,
+                addr: p.addr,
+                peer_id: p.peer_id,
+                client: p.client.clone(),
+                pieces_had: match &p.has {
+                    Has::Nothing(b) | Has::Some(b) => b.count(),
+                    Has::All => pieces,
+                },
+                pieces,
+                am_choking: p.am_choking,
+                am_interested: p.am_interested,
+                peer_choking: p.peer_choking,
+                peer_interested: p.peer_interested,
+                download_rate: p.down.display_rate(now),
+                upload_rate: p.up.display_rate(now),
+            })
+            .collect()
     }
 
     /// An earlier run wrote the first `bytes` of `piece`: only the rest is

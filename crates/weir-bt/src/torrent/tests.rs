@@ -291,6 +291,41 @@ fn leecher_downloads_everything_from_a_seed() {
 }
 
 #[test]
+fn peer_stats_list_each_connected_peer() {
+    let mut s = Swarm::new(payload(4 * PIECE as usize));
+    let seed = s.add(true);
+    let leech = s.add(false);
+    assert!(s.nodes[leech].t.peer_stats(s.now).is_empty());
+    s.connect(seed, leech);
+    // Handshake-level facts before any message: nothing had, both choke.
+    let before = s.nodes[leech].t.peer_stats(s.now);
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].addr, SocketAddr::from(([127, 0, 0, 1], 6881)));
+    assert_eq!(before[0].peer_id, [0; 20]);
+    assert_eq!(before[0].pieces, 4);
+    assert_eq!(before[0].pieces_had, 0);
+    assert!(before[0].peer_choking && before[0].am_choking);
+    // Step until the seed has sent a block (the leech completes, then
+    // closes: two seeds have nothing to say to each other).
+    let mut seen = None;
+    for _ in 0..1000 {
+        s.step(seed);
+        s.step(leech);
+        let up = s.nodes[seed].t.peer_stats(s.now);
+        if up.first().is_some_and(|p| p.upload_rate > 0.0) {
+            seen = Some((up, s.nodes[leech].t.peer_stats(s.now)));
+            break;
+        }
+    }
+    let (up, down) = seen.expect("the seed never sent");
+    assert_eq!(up[0].addr, SocketAddr::from(([127, 0, 0, 2], 6881)));
+    assert!(up[0].peer_interested && !up[0].am_choking, "{up:?}");
+    assert_eq!(down.len(), 1);
+    assert_eq!(down[0].pieces_had, 4, "the seed's bitfield: {down:?}");
+    assert!(down[0].am_interested && !down[0].peer_choking, "{down:?}");
+}
+
+#[test]
 fn three_leechers_share_and_finish() {
     let mut s = Swarm::new(payload(96 * PIECE as usize));
     let seed = s.add(true);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::SpeedLimit;
 
 /// Peer encryption policy (`encryption`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Encryption {
     /// Only encrypted connections.
     Required,
@@ -270,8 +270,12 @@ impl SessionSettings {
     }
 }
 
-/// A `session-set`: each `Some` is a setting to change.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A `session-set`: each `Some` is a setting to change. Serializable so
+/// that a backend can keep what was changed (merged with
+/// [`SessionChange::merge`]) and apply it again at its next start, as
+/// Transmission keeps `settings.json`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SessionChange {
     /// `download-dir`.
     pub download_dir: Option<PathBuf>,
@@ -367,6 +371,65 @@ pub struct SessionChange {
     pub script_torrent_done_seeding_filename: Option<String>,
     /// `default-trackers`.
     pub default_trackers: Option<String>,
+}
+
+impl SessionChange {
+    /// Takes every `Some` of `later` over this one's (what a backend keeps
+    /// after several `session-set`s).
+    pub fn merge(&mut self, later: SessionChange) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if later.$f.is_some() { self.$f = later.$f; } )* };
+        }
+        take!(
+            download_dir,
+            incomplete_dir,
+            incomplete_dir_enabled,
+            speed_limit_down,
+            speed_limit_down_enabled,
+            speed_limit_up,
+            speed_limit_up_enabled,
+            alt_speed_down,
+            alt_speed_up,
+            alt_speed_enabled,
+            alt_speed_time_enabled,
+            alt_speed_time_begin,
+            alt_speed_time_end,
+            alt_speed_time_day,
+            peer_limit_global,
+            peer_limit_per_torrent,
+            peer_port,
+            peer_port_random_on_start,
+            dht_enabled,
+            pex_enabled,
+            lpd_enabled,
+            utp_enabled,
+            port_forwarding_enabled,
+            encryption,
+            seed_ratio_limit,
+            seed_ratio_limited,
+            idle_seeding_limit,
+            idle_seeding_limit_enabled,
+            download_queue_enabled,
+            download_queue_size,
+            seed_queue_enabled,
+            seed_queue_size,
+            queue_stalled_enabled,
+            queue_stalled_minutes,
+            start_added_torrents,
+            trash_original_torrent_files,
+            rename_partial_files,
+            cache_size_mb,
+            blocklist_enabled,
+            blocklist_url,
+            script_torrent_done_enabled,
+            script_torrent_done_filename,
+            script_torrent_added_enabled,
+            script_torrent_added_filename,
+            script_torrent_done_seeding_enabled,
+            script_torrent_done_seeding_filename,
+            default_trackers
+        );
+    }
 }
 
 /// Traffic figures for `session-stats`.

@@ -11,12 +11,14 @@ use weir_session::TransferInfo;
 
 use super::state::{Record, RecordSource, StateError};
 use super::view::{self, Absent};
-use super::{Content, EngineBackend, EngineId, Entry, Infos, Orphan, delete_data, entry, unix_now};
+use super::{
+    Content, EngineBackend, EngineId, Entry, Infos, Orphan, delete_data, entry, magnet, unix_now,
+};
 use crate::backend::*;
 use crate::disk::free_space_of;
 use crate::sources::{MAX_TORRENT, of_link, of_metainfo, parse_ed2k, parse_metainfo};
 
-fn state_err(e: StateError) -> BackendError {
+pub(super) fn state_err(e: StateError) -> BackendError {
     match e {
         StateError::Io { path, source } => BackendError::Io { path, source },
         e @ StateError::Corrupt { .. } => BackendError::Invalid(e.to_string()),
@@ -44,6 +46,17 @@ impl Backend for EngineBackend {
             || change.speed_limit_up_enabled.is_some();
         let (down, up) = {
             let mut st = self.lock();
+            if change.idle_seeding_limit_enabled == Some(true)
+                && !st.settings.idle_seeding_limit_enabled
+            {
+                // Idle time counts from now (activity is only followed
+                // while a goal applies).
+                let now = unix_now();
+                for e in st.entries.values_mut() {
+                    e.last_active = now;
+                }
+            }
+            st.saved.merge(change.clone());
             st.settings.apply(change);
             // What weir does not do stays off whatever was asked.
             st.settings.blocklist_enabled = false;
@@ -51,11 +64,10 @@ impl Backend for EngineBackend {
             (st.settings.speed_limit_down, st.settings.speed_limit_up)
         };
         if caps_changed {
-            self.set_caps(Some(down), Some(up))
-                .await
-                .map_err(state_err)?;
+            self.set_caps(Some(down), Some(up)).await.map_err(state_err)
+        } else {
+            self.persist().await.map_err(state_err)
         }
-        Ok(())
     }
 
     async fn stats(&self) -> Result<SessionStats, BackendError> {
@@ -115,6 +127,19 @@ impl Backend for EngineBackend {
                 }
             }
         }
+        let mut peers = HashMap::new();
+        if query.detail.peers {
+            let torrents: Vec<(TransferId, EngineId)> = {
+                let st = self.lock();
+                st.selected(&query.select, Some(&by_eid))
+                    .into_iter()
+                    .filter_map(|id| st.entries[&id].engine_id.map(|eid| (id, eid)))
+                    .collect()
+            };
+            for (id, eid) in torrents {
+                peers.insert(id, self.0.engine.bt_peers(eid).await);
+            }
+        }
         let mut newly_done = false;
         let list = {
             let mut st = self.lock();
@@ -137,17 +162,17 @@ impl Backend for EngineBackend {
                     Absent::Failed(f.clone())
                 } else if e.adding {
                     Absent::Opening
+                } else if e.fetching {
+                    Absent::Fetching(e.fetch_error.clone())
                 } else {
                     Absent::Stopped
                 };
-                out.push(Arc::new(view::fill(
-                    e,
-                    info,
-                    absent,
-                    pieces.get(&id),
-                    query.detail,
-                    now,
-                )));
+                let mut v = view::fill(e, info, absent, pieces.get(&id), query.detail, now);
+                v.queue_position = st.queue_position(id);
+                if let Some(p) = peers.get(&id) {
+                    v.peers = p.iter().map(view::peer).collect();
+                }
+                out.push(Arc::new(v));
             }
             let removed = if query.select == Selection::RecentlyActive {
                 let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
@@ -205,10 +230,9 @@ impl Backend for EngineBackend {
                 let p = of_metainfo(&m);
                 (Content::Torrent(Arc::new(m)), p, Some(data.to_vec()))
             }
-            AddSource::Magnet(_) => {
-                return Err(BackendError::Unsupported(
-                    "magnet links are not supported by weir's engine yet; add the .torrent",
-                ));
+            AddSource::Magnet(link) => {
+                let (m, p) = magnet::parse(link)?;
+                (Content::Magnet(Arc::new(m)), p, None)
             }
             AddSource::Ed2k(link) => {
                 let l = parse_ed2k(link)?;
@@ -216,11 +240,23 @@ impl Backend for EngineBackend {
                 (Content::Ed2k(l), p, None)
             }
         };
-        if !req.files_unwanted.is_empty() || !req.priority_high.is_empty() {
-            tracing::warn!(
-                "{}: file selection and priorities are not supported yet; every file is fetched",
-                parsed.view.name
-            );
+        if !req.files_unwanted.is_empty() {
+            return Err(BackendError::Unsupported(
+                "files-unwanted: weir downloads every file of a torrent (file selection is not supported)",
+            ));
+        }
+        if !req.priority_high.is_empty() || !req.priority_low.is_empty() {
+            return Err(BackendError::Unsupported(
+                "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
+            ));
+        }
+        if let Some(bad) = req
+            .files_wanted
+            .iter()
+            .chain(&req.priority_normal)
+            .find(|i| **i >= parsed.view.file_count.max(1))
+        {
+            return Err(BackendError::FileIndexOutOfRange(*bad));
         }
         let hash = parsed.view.hash;
         let (dir, paused) = {
@@ -247,6 +283,11 @@ impl Backend for EngineBackend {
                 info_hash: hash.to_hex(),
             },
             Content::Ed2k(l) => RecordSource::Ed2k { link: l.to_link() },
+            Content::Magnet(m) => RecordSource::Magnet { link: m.to_uri() },
+        };
+        let link_peers = match &content {
+            Content::Magnet(m) => magnet::link_peers(m),
+            _ => Vec::new(),
         };
         if let Some(data) = torrent {
             let sd = self.0.dir.clone();
@@ -279,6 +320,9 @@ impl Backend for EngineBackend {
                 done: None,
                 downloaded: 0,
                 uploaded: 0,
+                limits: super::state::Limits::default(),
+                finished: false,
+                peers: link_peers,
             };
             let e = entry(&self.0.dir, record, content, parsed, now);
             let added = AddedTransfer {
@@ -288,6 +332,7 @@ impl Backend for EngineBackend {
             };
             st.by_hash.insert(hash, id);
             st.entries.insert(id, e);
+            st.queue.push(id);
             st.files_added += 1;
             added
         };
@@ -296,6 +341,7 @@ impl Backend for EngineBackend {
             let mut st = self.lock();
             st.entries.remove(&added.id);
             st.by_hash.remove(&hash);
+            st.queue.retain(|q| *q != added.id);
             st.files_added -= 1;
             return Err(state_err(e));
         }
@@ -304,29 +350,7 @@ impl Backend for EngineBackend {
     }
 
     async fn change(&self, select: Selection, change: TransferChange) -> Result<(), BackendError> {
-        let rest = TransferChange {
-            labels: None,
-            ..change.clone()
-        };
-        if rest != TransferChange::default() {
-            return Err(BackendError::Unsupported(
-                "torrent-set: weir's engine backend changes only labels so far",
-            ));
-        }
-        if let Some(labels) = change.labels {
-            {
-                let mut st = self.lock();
-                let now = unix_now();
-                for id in st.selected(&select, None) {
-                    if let Some(e) = st.entries.get_mut(&id) {
-                        e.record.labels = labels.clone();
-                        e.edited = now;
-                    }
-                }
-            }
-            self.persist().await.map_err(state_err)?;
-        }
-        Ok(())
+        self.change_transfers(select, change).await
     }
 
     async fn act(&self, select: Selection, action: Action) -> Result<(), BackendError> {
@@ -335,14 +359,25 @@ impl Backend for EngineBackend {
             Action::Stop => true,
             Action::Verify => return self.verify(select).await,
             Action::Reannounce => {
-                return Err(BackendError::Unsupported(
-                    "torrent-reannounce is not supported by weir's engine yet",
-                ));
+                let eids: Vec<EngineId> = {
+                    let mut st = self.lock();
+                    let now = unix_now();
+                    let ids = st.selected(&select, None);
+                    ids.into_iter()
+                        .filter_map(|id| {
+                            let e = st.entries.get_mut(&id)?;
+                            e.edited = now;
+                            e.engine_id
+                        })
+                        .collect()
+                };
+                for eid in eids {
+                    self.0.engine.reannounce(eid).await;
+                }
+                return Ok(());
             }
             Action::QueueTop | Action::QueueUp | Action::QueueDown | Action::QueueBottom => {
-                return Err(BackendError::Unsupported(
-                    "weir has no download queue: every transfer runs",
-                ));
+                return self.queue_move(select, action).await;
             }
         };
         let (targets, restart) = {
@@ -361,11 +396,17 @@ impl Backend for EngineBackend {
                 e.edited = now;
                 if !pause {
                     e.started = Some(now);
+                    e.record.finished = false;
                 }
                 match e.engine_id {
                     Some(eid) => targets.push(eid),
-                    // Refused before: starting it tries again.
-                    None if !pause && e.failed.is_some() => restart.push(id),
+                    // Refused before: starting it tries again; a magnet
+                    // fetches its metadata.
+                    None if !pause
+                        && (e.failed.is_some() || matches!(e.content, Content::Magnet(_))) =>
+                    {
+                        restart.push(id)
+                    }
                     None => {}
                 }
             }
@@ -395,6 +436,7 @@ impl Backend for EngineBackend {
                     continue;
                 };
                 st.by_hash.remove(&e.base.hash);
+                st.queue.retain(|q| *q != id);
                 st.removed.push((id, now));
                 if e.adding {
                     let paths = e.content.paths(&e.record.download_dir);
@@ -439,13 +481,11 @@ impl Backend for EngineBackend {
 
     async fn set_location(
         &self,
-        _select: Selection,
-        _location: PathBuf,
-        _move_data: bool,
+        select: Selection,
+        location: PathBuf,
+        move_data: bool,
     ) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(
-            "torrent-set-location is not supported by weir's engine yet",
-        ))
+        self.move_to(select, location, move_data).await
     }
 
     async fn free_space(&self, path: PathBuf) -> Result<FreeSpace, BackendError> {

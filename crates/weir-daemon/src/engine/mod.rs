@@ -14,17 +14,21 @@
 //! - Session caps are shared token buckets the engine's connections obey:
 //!   `session-set` (and the daemon's config reload) change their rates.
 
+mod change;
+mod magnet;
 mod methods;
 pub mod state;
 mod view;
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
+use weir_bt::magnet::Magnet;
 use weir_bt::metainfo::Metainfo;
 use weir_core::policy::NetPolicy;
 use weir_ed2k::link::FileLink;
@@ -61,6 +65,11 @@ pub struct BackendConfig {
     pub down: Arc<SharedBucket>,
     /// The engine's global upload bucket.
     pub up: Arc<SharedBucket>,
+    /// The address BitTorrent connections are made from (a magnet's
+    /// metadata is fetched from it too); `None`: the system's choice.
+    pub listen_ip: Option<IpAddr>,
+    /// Ask a magnet's trackers for peers to fetch its metadata from.
+    pub use_trackers: bool,
 }
 
 /// What a transfer is made of.
@@ -68,6 +77,8 @@ pub struct BackendConfig {
 enum Content {
     Torrent(Arc<Metainfo>),
     Ed2k(FileLink),
+    /// A magnet whose metadata is not here yet: no data of its own.
+    Magnet(Arc<Magnet>),
 }
 
 impl Content {
@@ -75,6 +86,12 @@ impl Content {
         match self {
             Content::Torrent(m) => DataPaths::torrent(m, dir),
             Content::Ed2k(l) => DataPaths::ed2k(l, dir),
+            Content::Magnet(_) => DataPaths {
+                root: dir.to_path_buf(),
+                files: Vec::new(),
+                side: Vec::new(),
+                own_root: false,
+            },
         }
     }
 }
@@ -91,6 +108,13 @@ pub(crate) struct Entry {
     engine_id: Option<EngineId>,
     /// Its storage is being opened.
     adding: bool,
+    /// A magnet's metadata is being fetched.
+    fetching: bool,
+    /// Why the last metadata fetch failed, if it did (shown while the
+    /// next one runs).
+    fetch_error: Option<Arc<str>>,
+    /// Unix time data last moved (the idle-seeding limit counts from it).
+    last_active: u64,
     /// The engine refused it.
     failed: Option<Arc<str>>,
     started: Option<u64>,
@@ -134,6 +158,10 @@ struct Inner {
     caps: SavedCaps,
     started: u64,
     files_added: u64,
+    /// Queue order (`queuePosition` is the index).
+    queue: Vec<TransferId>,
+    /// What `session-set` changed, merged (kept in the state).
+    saved: SessionChange,
 }
 
 impl Inner {
@@ -142,7 +170,14 @@ impl Inner {
             next_id: self.next_id,
             transfers: self.entries.values().map(Entry::to_record).collect(),
             caps: self.caps,
+            settings: self.saved.clone(),
+            queue: self.queue.clone(),
         }
+    }
+
+    /// A transfer's place in the queue, from 0.
+    fn queue_position(&self, id: TransferId) -> u32 {
+        self.queue.iter().position(|q| *q == id).unwrap_or(0) as u32
     }
 
     fn selected(&self, select: &Selection, infos: Option<&Infos<'_>>) -> Vec<TransferId> {
@@ -192,8 +227,14 @@ impl std::fmt::Debug for EngineBackend {
 
 /// Rate of a cap in bytes/s (0: unlimited).
 fn cap_rate(l: SpeedLimit) -> u64 {
-    if l.enabled {
-        l.kbps.saturating_mul(1000)
+    cap_of(l.kbps, l.enabled)
+}
+
+/// Rate of a cap of `kbps` kB/s in bytes/s when `on` (0: unlimited; a cap
+/// of 0 kB/s is one byte a second, the least a bucket can grant).
+fn cap_of(kbps: u64, on: bool) -> u64 {
+    if on {
+        kbps.saturating_mul(1000).max(1)
     } else {
         0
     }
@@ -234,7 +275,14 @@ impl EngineBackend {
             caps: state.caps,
             started: unix_now(),
             files_added: 0,
+            queue: Vec::new(),
+            saved: state.settings.clone(),
         };
+        // Settings of earlier session-sets, then the caps (the latest of
+        // session-set and the config file).
+        inner.settings.apply(state.settings.clone());
+        inner.settings.blocklist_enabled = false;
+        inner.settings.peer_port = cfg.peer_port;
         if let Some((kbps, enabled)) = state.caps.down {
             inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };
         }
@@ -246,6 +294,17 @@ impl EngineBackend {
             let e = entry(&dir, r, content, parsed, now);
             inner.by_hash.insert(e.base.hash, e.record.id);
             inner.entries.insert(e.record.id, e);
+        }
+        inner.queue = state
+            .queue
+            .iter()
+            .copied()
+            .filter(|id| inner.entries.contains_key(id))
+            .collect();
+        for id in inner.entries.keys() {
+            if !inner.queue.contains(id) {
+                inner.queue.push(*id);
+            }
         }
         let ids: Vec<TransferId> = inner.entries.keys().copied().collect();
         let backend = EngineBackend(Arc::new(Shared {
@@ -261,6 +320,7 @@ impl EngineBackend {
         for id in ids {
             backend.launch(id, false);
         }
+        backend.watch_limits(Duration::from_secs(1));
         Ok(backend)
     }
 
@@ -389,17 +449,23 @@ impl EngineBackend {
     /// background; with `recheck` every piece on disk is hashed again
     /// instead of trusting the journal).
     fn launch(&self, id: TransferId, recheck: bool) {
-        let (content, dir, paused) = {
+        let (content, dir, paused, peers) = {
             let mut st = self.lock();
             let Some(e) = st.entries.get_mut(&id) else {
                 return;
             };
+            if let Content::Magnet(_) = e.content {
+                drop(st);
+                self.fetch_metadata(id);
+                return;
+            }
             e.adding = true;
             e.failed = None;
             (
                 e.content.clone(),
                 e.record.download_dir.clone(),
                 e.record.paused,
+                e.record.peers.clone(),
             )
         };
         let me = self.clone();
@@ -415,7 +481,7 @@ impl EngineBackend {
                             meta,
                             dir,
                             open,
-                            peers: Vec::new(),
+                            peers,
                             seed: true,
                             paused,
                         })
@@ -427,11 +493,13 @@ impl EngineBackend {
                             link,
                             dir,
                             open,
-                            peers: Vec::new(),
+                            peers,
                             seed: true,
+                            paused,
                         })
                         .await
                 }
+                Content::Magnet(_) => return,
             };
             me.added(id, paused, r).await;
         });
@@ -450,6 +518,7 @@ impl EngineBackend {
             Resume(EngineId),
             Drop(EngineId, Orphan),
         }
+        let mut caps = None;
         let then = {
             let mut st = self.lock();
             if let Some(o) = st.orphans.remove(&id) {
@@ -462,8 +531,11 @@ impl EngineBackend {
                 match r {
                     Ok(eid) => {
                         e.engine_id = Some(eid);
-                        let is_ed2k = matches!(e.content, Content::Ed2k(_));
-                        if e.record.paused && (is_ed2k || !passed_paused) {
+                        let l = e.record.limits;
+                        if l.down_on || l.up_on {
+                            caps = Some((eid, l));
+                        }
+                        if e.record.paused && !passed_paused {
                             Then::Pause(eid)
                         } else if !e.record.paused && passed_paused {
                             Then::Resume(eid)
@@ -481,6 +553,16 @@ impl EngineBackend {
                 Then::Nothing
             }
         };
+        if let Some((eid, l)) = caps {
+            self.0
+                .engine
+                .set_caps(
+                    eid,
+                    cap_of(l.down_kbps, l.down_on),
+                    cap_of(l.up_kbps, l.up_on),
+                )
+                .await;
+        }
         match then {
             Then::Nothing => {}
             Then::Pause(eid) => self.0.engine.pause(eid).await,
@@ -565,6 +647,13 @@ fn restore(dir: &StateDir, r: &Record) -> Result<(Content, Parsed), StateError> 
             let parsed = of_link(&l);
             Ok((Content::Ed2k(l), parsed))
         }
+        RecordSource::Magnet { link } => {
+            let (m, parsed) = magnet::parse(link).map_err(|e| StateError::Corrupt {
+                path: dir.state_path(),
+                why: format!("transfer {}: {e}", r.id),
+            })?;
+            Ok((Content::Magnet(Arc::new(m)), parsed))
+        }
     }
 }
 
@@ -585,6 +674,9 @@ fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: 
         trackers: parsed.trackers,
         engine_id: None,
         adding: false,
+        fetching: false,
+        fetch_error: None,
+        last_active: now,
         failed: None,
         content,
         record,

@@ -69,10 +69,55 @@ pub enum RecordSource {
         /// Its `ed2k://|file|...|/` link.
         link: String,
     },
+    /// A magnet link whose metadata has not arrived yet (once it has, the
+    /// record becomes a `Torrent` with the fetched .torrent kept).
+    Magnet {
+        /// The `magnet:?` link.
+        link: String,
+    },
+}
+
+/// A transfer's own limits (`torrent-set`), as Transmission keeps them:
+/// a cap's value is remembered while it is off.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Download cap, kB/s.
+    pub down_kbps: u64,
+    /// Whether the download cap applies.
+    pub down_on: bool,
+    /// Upload cap, kB/s.
+    pub up_kbps: u64,
+    /// Whether the upload cap applies.
+    pub up_on: bool,
+    /// Seeding ratio goal.
+    pub ratio_limit: f64,
+    /// Which ratio goal applies: 0 the session's, 1 this one, 2 none.
+    pub ratio_mode: u8,
+    /// Idle-seeding limit, minutes.
+    pub idle_limit: u32,
+    /// Which idle limit applies: 0 the session's, 1 this one, 2 none.
+    pub idle_mode: u8,
+}
+
+impl Default for Limits {
+    /// Transmission's defaults for a new torrent.
+    fn default() -> Self {
+        Limits {
+            down_kbps: 100,
+            down_on: false,
+            up_kbps: 100,
+            up_on: false,
+            ratio_limit: 2.0,
+            ratio_mode: 0,
+            idle_limit: 30,
+            idle_mode: 0,
+        }
+    }
 }
 
 /// One transfer and its settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// The RPC id (stable across restarts, never reused).
     pub id: u64,
@@ -96,6 +141,15 @@ pub struct Record {
     /// Payload bytes uploaded over all runs, as of this save.
     #[serde(default)]
     pub uploaded: u64,
+    /// Its own caps and seeding goals.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Stopped because it reached its seeding goal (`isFinished`).
+    #[serde(default)]
+    pub finished: bool,
+    /// Peers to dial besides what trackers say (a magnet's `x.pe`).
+    #[serde(default)]
+    pub peers: Vec<std::net::SocketAddr>,
 }
 
 /// Session settings that persist (what `session-set` changed).
@@ -108,7 +162,7 @@ pub struct SavedCaps {
 }
 
 /// The whole state file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct State {
     /// The next id to give.
     pub next_id: u64,
@@ -117,6 +171,13 @@ pub struct State {
     /// Session caps set over RPC.
     #[serde(default)]
     pub caps: SavedCaps,
+    /// Every other session setting `session-set` changed, merged.
+    #[serde(default)]
+    pub settings: crate::backend::SessionChange,
+    /// Queue order: transfer ids, first first (ids missing from it follow
+    /// in id order).
+    #[serde(default)]
+    pub queue: Vec<u64>,
 }
 
 impl State {
@@ -348,6 +409,15 @@ mod tests {
                     done: None,
                     downloaded: 5,
                     uploaded: 0,
+                    limits: Limits {
+                        down_kbps: 50,
+                        down_on: true,
+                        ratio_limit: 1.5,
+                        ratio_mode: 1,
+                        ..Limits::default()
+                    },
+                    finished: false,
+                    peers: vec!["127.0.0.1:6881".parse().unwrap()],
                 },
                 Record {
                     id: 3,
@@ -361,12 +431,22 @@ mod tests {
                     done: Some(1_700_000_100),
                     downloaded: 10,
                     uploaded: 1 << 40,
+                    limits: Limits::default(),
+                    finished: true,
+                    peers: Vec::new(),
                 },
             ],
             caps: SavedCaps {
                 down: Some((100, true)),
                 up: None,
             },
+            settings: crate::backend::SessionChange {
+                download_dir: Some("/elsewhere".into()),
+                seed_ratio_limit: Some(0.5),
+                start_added_torrents: Some(false),
+                ..Default::default()
+            },
+            queue: vec![3, 1],
         }
     }
 
@@ -375,6 +455,24 @@ mod tests {
         let s = sample();
         let p = Path::new("/x/transfers.state");
         assert_eq!(State::decode(&s.encode(), p).unwrap(), s);
+    }
+
+    #[test]
+    fn a_state_written_before_limits_and_settings_reads_with_defaults() {
+        let body = br#"{"next_id":2,"transfers":[{"id":1,"source":{"ed2k":{"link":"ed2k://|file|a.bin|10|D3B6B09D73D3FE0DD41DDE5ED244215A|/"}},"download_dir":"/d","paused":true,"added":5}],"caps":{"down":null,"up":[20,true]}}"#;
+        let mut data = format!(
+            "weir-daemon-state 1 {:08x} {}\n",
+            crc32fast::hash(body),
+            body.len()
+        )
+        .into_bytes();
+        data.extend_from_slice(body);
+        let s = State::decode(&data, Path::new("/x")).unwrap();
+        assert_eq!(s.transfers[0].limits, Limits::default());
+        assert!(!s.transfers[0].finished && s.transfers[0].peers.is_empty());
+        assert_eq!(s.settings, crate::backend::SessionChange::default());
+        assert!(s.queue.is_empty());
+        assert_eq!(s.caps.up, Some((20, true)));
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub(super) enum Absent {
     Failed(Arc<str>),
     /// Stopped before it was started.
     Stopped,
+    /// A magnet fetching its metadata; why the last try failed, if one did.
+    Fetching(Option<Arc<str>>),
 }
 
 /// The view of `e` at `now` (Unix seconds), with the parts `detail` asks.
@@ -34,6 +36,20 @@ pub(super) fn fill(
     v.done_date = e.record.done;
     v.start_date = e.started;
     v.edit_date = Some(e.edited);
+    let l = e.record.limits;
+    v.download_limit = SpeedLimit {
+        kbps: l.down_kbps,
+        enabled: l.down_on,
+    };
+    v.upload_limit = SpeedLimit {
+        kbps: l.up_kbps,
+        enabled: l.up_on,
+    };
+    v.seed_ratio_limit = l.ratio_limit;
+    v.seed_ratio_mode = super::change::mode_of(l.ratio_mode);
+    v.seed_idle_limit = l.idle_limit;
+    v.seed_idle_mode = super::change::mode_of(l.idle_mode);
+    v.is_finished = e.record.finished;
     let size = v.total_size;
     match info {
         Some(i) => {
@@ -90,10 +106,16 @@ pub(super) fn fill(
             v.uploaded_ever = e.earlier.1 + e.run.1;
             v.state = match &absent {
                 Absent::Opening => TransferState::Verifying,
+                // Transmission lists a magnet fetching its metadata as
+                // downloading.
+                Absent::Fetching(_) => TransferState::Downloading,
                 Absent::Failed(_) | Absent::Stopped => TransferState::Stopped,
             };
-            if let Absent::Failed(why) = absent {
-                v.error = TransferError::Local(why);
+            match absent {
+                Absent::Failed(why) => v.error = TransferError::Local(why),
+                Absent::Fetching(Some(why)) => v.error = TransferError::TrackerWarning(why),
+                Absent::Fetching(None) => v.eta = Eta::Unknown,
+                Absent::Opening | Absent::Stopped => {}
             }
         }
     }
@@ -120,6 +142,57 @@ pub(super) fn fill(
         v.trackers = e.trackers.clone();
     }
     v
+}
+
+/// The view of one connected BitTorrent peer.
+pub(super) fn peer(p: &weir_session::BtPeer) -> PeerView {
+    let s = &p.stats;
+    let client = match &s.client {
+        Some(c) if !c.is_empty() => c.clone(),
+        _ => client_of_peer_id(&s.peer_id),
+    };
+    let rate_to_client = s.download_rate.max(0.0) as u64;
+    let rate_to_peer = s.upload_rate.max(0.0) as u64;
+    PeerView {
+        address: s.addr.ip(),
+        port: s.addr.port(),
+        client_name: Arc::from(client.as_str()),
+        progress: if s.pieces == 0 {
+            0.0
+        } else {
+            f64::from(s.pieces_had.min(s.pieces)) / f64::from(s.pieces)
+        },
+        rate_to_client,
+        rate_to_peer,
+        is_encrypted: false,
+        is_incoming: p.incoming,
+        is_utp: false,
+        client_is_choked: s.peer_choking,
+        client_is_interested: s.am_interested,
+        peer_is_choked: s.am_choking,
+        peer_is_interested: s.peer_interested,
+        is_downloading_from: s.am_interested && !s.peer_choking,
+        is_uploading_to: s.peer_interested && !s.am_choking,
+        source: if p.incoming {
+            PeerSource::Incoming
+        } else {
+            PeerSource::Tracker
+        },
+    }
+}
+
+/// A client name from an Azureus-style peer id (`-LT2090-...` reads
+/// `LT 2090`), or its printable prefix.
+fn client_of_peer_id(id: &[u8; 20]) -> String {
+    if id[0] == b'-' && id[7] == b'-' && id[1..7].iter().all(u8::is_ascii_alphanumeric) {
+        let code = String::from_utf8_lossy(&id[1..3]);
+        let version = String::from_utf8_lossy(&id[3..7]);
+        return format!("{code} {version}");
+    }
+    id.iter()
+        .take_while(|b| b.is_ascii_graphic())
+        .map(|b| *b as char)
+        .collect()
 }
 
 /// Each file's verified bytes: the parts of its range in verified pieces
@@ -165,6 +238,17 @@ mod tests {
             begin_piece: 0,
             end_piece: 0,
         }
+    }
+
+    #[test]
+    fn peer_ids_name_clients() {
+        let mut id = [b'x'; 20];
+        id[..8].copy_from_slice(b"-LT2090-");
+        assert_eq!(client_of_peer_id(&id), "LT 2090");
+        let mut id = [0u8; 20];
+        id[..4].copy_from_slice(b"M4-4");
+        assert_eq!(client_of_peer_id(&id), "M4-4");
+        assert_eq!(client_of_peer_id(&[0xff; 20]), "");
     }
 
     #[test]

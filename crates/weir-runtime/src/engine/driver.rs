@@ -21,6 +21,7 @@ use weir_session::{
 use super::trackers::{Announcer, Standing};
 use super::wire::{self, BtDecoder, Ed2kDecoder, Wire};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
+use crate::bandwidth::SharedBucket;
 use crate::peerconn::{self, ConnEvent, Outgoing, QueueError, WriteQueue};
 use crate::storage::{self, DiskStorage, Opened, TransferSpec};
 
@@ -145,6 +146,9 @@ struct Driver {
     stopping: bool,
     /// Transfers whose storage is being opened (not in the session yet).
     opening: usize,
+    /// Each transfer's own (download, upload) buckets, made with its
+    /// first connection (unlimited until capped: no refill task).
+    transfer_caps: HashMap<TransferId, (Arc<SharedBucket>, Arc<SharedBucket>)>,
 }
 
 pub(super) fn spawn(
@@ -188,6 +192,7 @@ pub(super) fn spawn(
         listeners,
         stopping: false,
         opening: 0,
+        transfer_caps: HashMap::new(),
     };
     if driver.cfg.accept_at_start {
         driver.start_accepting();
@@ -397,6 +402,9 @@ impl Driver {
                 crate::bandwidth::Limiter::unlimited(),
                 crate::bandwidth::Limiter::unlimited(),
             )
+        } else if let Some(t) = self.session.conn_transfer(conn) {
+            let (d, u) = self.caps_of(t);
+            (self.cfg.down.with(d), self.cfg.up.with(u))
         } else {
             (self.cfg.down.clone(), self.cfg.up.clone())
         };
@@ -756,8 +764,29 @@ impl Driver {
                 let had = self.session.torrent(id).map(|t| t.content().had().clone());
                 let _ = reply.send(had);
             }
+            Command::SetCaps { id, down, up } => {
+                let (d, u) = self.caps_of(id);
+                d.set_rate_live(down);
+                u.set_rate_live(up);
+            }
+            Command::BtPeers(id, reply) => {
+                let _ = reply.send(self.session.bt_peers(id, now));
+            }
+            Command::Reannounce(id) => {
+                if let Some(a) = self.announcers.get(&id) {
+                    a.reannounce();
+                }
+            }
             Command::Stop => self.stopping = true,
         }
+    }
+
+    /// A transfer's own buckets.
+    fn caps_of(&mut self, t: TransferId) -> (Arc<SharedBucket>, Arc<SharedBucket>) {
+        self.transfer_caps
+            .entry(t)
+            .or_insert_with(|| (crate::bandwidth::bucket(0), crate::bandwidth::bucket(0)))
+            .clone()
     }
 
     /// Forgets a transfer, closes its storage on a blocking thread and
@@ -770,6 +799,7 @@ impl Driver {
         closed: Option<oneshot::Sender<bool>>,
     ) -> bool {
         let ok = self.session.remove(id, now);
+        self.transfer_caps.remove(&id);
         let store = self.stores.remove(&id);
         if let Some(f) = self.forwarders.remove(&id) {
             f.abort();
@@ -861,7 +891,7 @@ impl Driver {
                         check: opened.check.clone(),
                         partial: opened.partial.clone(),
                         peers: src.peers.clone(),
-                        paused: false,
+                        paused: src.paused,
                         seed: src.seed,
                     },
                     now,

@@ -146,6 +146,8 @@ pub struct Ed2kSource {
     pub peers: Vec<SocketAddr>,
     /// Keep sharing when complete.
     pub seed: bool,
+    /// Start paused.
+    pub paused: bool,
 }
 
 /// A complete file to share on eD2k (hashed by the caller).
@@ -279,6 +281,14 @@ pub(crate) enum Command {
         TransferId,
         oneshot::Sender<Option<weir_core::bitfield::Bitfield>>,
     ),
+    /// A transfer's own caps, bytes/s (0: none).
+    SetCaps {
+        id: TransferId,
+        down: u64,
+        up: u64,
+    },
+    BtPeers(TransferId, oneshot::Sender<Vec<weir_session::BtPeer>>),
+    Reannounce(TransferId),
     Stop,
 }
 
@@ -456,6 +466,27 @@ impl EngineHandle {
         let (tx, rx) = oneshot::channel();
         self.command(Command::Pieces(id, tx)).await;
         rx.await.ok().flatten()
+    }
+
+    /// Caps one transfer's connections at `down` / `up` bytes/s (0: no
+    /// cap of its own), besides the global caps. Applies at once to its
+    /// connections (each obeys its transfer's buckets from the start).
+    /// Accepted eD2k connections, which may ask for any file, obey only
+    /// the global caps.
+    pub async fn set_caps(&self, id: TransferId, down: u64, up: u64) {
+        self.command(Command::SetCaps { id, down, up }).await;
+    }
+
+    /// A transfer's connected BitTorrent peers now.
+    pub async fn bt_peers(&self, id: TransferId) -> Vec<weir_session::BtPeer> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::BtPeers(id, tx)).await;
+        rx.await.unwrap_or_default()
+    }
+
+    /// Announces a torrent to its trackers now.
+    pub async fn reannounce(&self, id: TransferId) {
+        self.command(Command::Reannounce(id)).await;
     }
 
     /// Every transfer now.

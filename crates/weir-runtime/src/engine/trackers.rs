@@ -39,6 +39,8 @@ pub(crate) struct Announcer {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: JoinHandle<()>,
     pub(crate) standing: watch::Sender<Standing>,
+    /// Wakes the task to announce now (`torrent-reannounce`).
+    again: Arc<tokio::sync::Notify>,
 }
 
 struct Ctx {
@@ -49,6 +51,7 @@ struct Ctx {
     base: AnnounceRequest,
     tx: mpsc::Sender<Msg>,
     standing: watch::Receiver<Standing>,
+    again: Arc<tokio::sync::Notify>,
 }
 
 /// Who announces: the session's identity and where it listens.
@@ -101,7 +104,9 @@ impl Announcer {
             ..Default::default()
         };
         let (standing_tx, standing) = watch::channel(initial);
+        let again = Arc::new(tokio::sync::Notify::new());
         let ctx = Ctx {
+            again: again.clone(),
             id,
             policy,
             opts,
@@ -116,7 +121,15 @@ impl Announcer {
             stop: Some(stop_tx),
             task,
             standing: standing_tx,
+            again,
         })
+    }
+
+    /// Announces now instead of at the next interval (a manual
+    /// re-announce; the tracker's own minimum interval is the user's
+    /// business, as in Transmission).
+    pub(crate) fn reannounce(&self) {
+        self.again.notify_one();
     }
 
     /// Announces `stopped` (bounded in time) and ends.
@@ -151,6 +164,7 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
         loop {
             tokio::select! {
                 _ = &mut sleep => break,
+                _ = ctx.again.notified() => break,
                 _ = &mut stop => {
                     let _ = tokio::time::timeout(STOP_TIMEOUT, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
                     return;

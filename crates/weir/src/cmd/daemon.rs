@@ -184,6 +184,8 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 policy: ctx.policy.clone(),
                 down,
                 up,
+                listen_ip: bt_addr.map(|a| a.ip()),
+                use_trackers: !args.no_trackers,
             },
             engine.handle(),
         )

@@ -207,6 +207,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                     open,
                     peers: ed2k_peers.clone(),
                     seed: run.seed,
+                    paused: false,
                 })
                 .await
                 .map_err(engine_error)?;

@@ -1,0 +1,579 @@
+//! `torrent-set`, `torrent-set-location`, the queue moves and the seeding
+//! goals of [`EngineBackend`].
+//!
+//! What weir's engine cannot do is refused with an error naming it, never
+//! accepted and ignored: it downloads every file of a torrent at one
+//! priority (so `files-unwanted`, `priority-high` and `priority-low` are
+//! refused, while asking for what already holds is accepted), and it has no
+//! per-transfer peer limit, sequential switch, tracker editing, bandwidth
+//! priority or way around the session caps.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_runtime::engine::DataPaths;
+
+use super::state::Limits;
+use super::{Content, EngineBackend, EngineId, Infos, cap_of, unix_now};
+use crate::backend::*;
+
+fn mode_byte(m: LimitMode) -> u8 {
+    match m {
+        LimitMode::Global => 0,
+        LimitMode::Single => 1,
+        LimitMode::Unlimited => 2,
+    }
+}
+
+/// The mode a saved byte names.
+pub(super) fn mode_of(b: u8) -> LimitMode {
+    match b {
+        1 => LimitMode::Single,
+        2 => LimitMode::Unlimited,
+        _ => LimitMode::Global,
+    }
+}
+
+/// Refuses what the engine cannot do (before anything changes).
+fn check_supported(c: &TransferChange, file_count: u32) -> Result<(), BackendError> {
+    let check_range = |set: &Option<FileSet>| -> Result<(), BackendError> {
+        if let Some(FileSet::Indices(v)) = set {
+            if let Some(bad) = v.iter().find(|i| **i >= file_count) {
+                return Err(BackendError::FileIndexOutOfRange(*bad));
+            }
+        }
+        Ok(())
+    };
+    for set in [
+        &c.files_wanted,
+        &c.files_unwanted,
+        &c.priority_high,
+        &c.priority_low,
+        &c.priority_normal,
+    ] {
+        check_range(set)?;
+    }
+    let names = |set: &Option<FileSet>| match set {
+        None => false,
+        Some(FileSet::All) => true,
+        Some(FileSet::Indices(v)) => !v.is_empty(),
+    };
+    if names(&c.files_unwanted) {
+        return Err(BackendError::Unsupported(
+            "files-unwanted: weir downloads every file of a torrent (file selection is not supported)",
+        ));
+    }
+    if names(&c.priority_high) || names(&c.priority_low) {
+        return Err(BackendError::Unsupported(
+            "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
+        ));
+    }
+    if c.bandwidth_priority.is_some_and(|p| p != Priority::Normal) {
+        return Err(BackendError::Unsupported(
+            "bandwidthPriority: weir has one bandwidth priority",
+        ));
+    }
+    if c.honors_session_limits == Some(false) {
+        return Err(BackendError::Unsupported(
+            "honorsSessionLimits: weir's transfers always obey the session caps",
+        ));
+    }
+    if c.peer_limit.is_some() {
+        return Err(BackendError::Unsupported(
+            "peer-limit: weir has no per-transfer peer limit",
+        ));
+    }
+    if c.sequential.is_some() {
+        return Err(BackendError::Unsupported(
+            "sequentialDownload: not supported by weir's daemon",
+        ));
+    }
+    if c.tracker_list.is_some() || !c.tracker_add.is_empty() || !c.tracker_remove.is_empty() {
+        return Err(BackendError::Unsupported(
+            "trackerList/trackerAdd/trackerRemove: weir does not edit a torrent's trackers",
+        ));
+    }
+    if let Some(r) = c.seed_ratio_limit {
+        if !r.is_finite() || r < 0.0 {
+            return Err(BackendError::Invalid(format!(
+                "seedRatioLimit {r}: not a ratio"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Applies the limits of `c` to `l`.
+fn apply_limits(l: &mut Limits, c: &TransferChange) {
+    if let Some(v) = c.download_limit {
+        l.down_kbps = v;
+    }
+    if let Some(v) = c.download_limited {
+        l.down_on = v;
+    }
+    if let Some(v) = c.upload_limit {
+        l.up_kbps = v;
+    }
+    if let Some(v) = c.upload_limited {
+        l.up_on = v;
+    }
+    if let Some(v) = c.seed_ratio_limit {
+        l.ratio_limit = v;
+    }
+    if let Some(v) = c.seed_ratio_mode {
+        l.ratio_mode = mode_byte(v);
+    }
+    if let Some(v) = c.seed_idle_limit {
+        l.idle_limit = v;
+    }
+    if let Some(v) = c.seed_idle_mode {
+        l.idle_mode = mode_byte(v);
+    }
+}
+
+/// Moves a transfer's files (and journal) from `from` to `to` under the
+/// same relative paths: a rename, or a copy and delete across file
+/// systems. Folders left empty in `from` are removed.
+fn move_files(from: &DataPaths, to: &Path) -> Result<(), BackendError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BackendError::Io { path, source }
+    };
+    for rel in from.files.iter().chain(&from.side) {
+        let src = from.root.join(rel);
+        let dst = to.join(rel);
+        match std::fs::symlink_metadata(&src) {
+            Ok(m) if m.is_file() => {}
+            // Not there (not written yet) or not a plain file: nothing to move.
+            _ => continue,
+        }
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        if std::fs::rename(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst).map_err(io(&dst))?;
+            std::fs::File::open(&dst)
+                .and_then(|f| f.sync_all())
+                .map_err(io(&dst))?;
+            std::fs::remove_file(&src).map_err(io(&src))?;
+        }
+        let mut d = src.parent();
+        while let Some(dir) = d {
+            if dir == from.root || !dir.starts_with(&from.root) || std::fs::remove_dir(dir).is_err()
+            {
+                break;
+            }
+            d = dir.parent();
+        }
+    }
+    Ok(())
+}
+
+impl EngineBackend {
+    /// `torrent-set`.
+    pub(super) async fn change_transfers(
+        &self,
+        select: Selection,
+        change: TransferChange,
+    ) -> Result<(), BackendError> {
+        let caps = {
+            let mut st = self.lock();
+            let ids = st.selected(&select, None);
+            for id in &ids {
+                check_supported(&change, st.entries[id].base.file_count)?;
+            }
+            let now = unix_now();
+            let mut caps = Vec::new();
+            for id in &ids {
+                let Some(e) = st.entries.get_mut(id) else {
+                    continue;
+                };
+                let before = e.record.limits;
+                apply_limits(&mut e.record.limits, &change);
+                if let Some(labels) = &change.labels {
+                    e.record.labels = labels.clone();
+                }
+                // A new goal lets a finished transfer be started again.
+                if before.ratio_limit != e.record.limits.ratio_limit
+                    || before.ratio_mode != e.record.limits.ratio_mode
+                {
+                    e.record.finished = false;
+                }
+                e.edited = now;
+                if change.seed_idle_mode.is_some() || change.seed_idle_limit.is_some() {
+                    // Idle time counts from the new goal (activity is only
+                    // followed while a goal applies).
+                    e.last_active = now;
+                }
+                let l = e.record.limits;
+                let changed = (l.down_kbps, l.down_on, l.up_kbps, l.up_on)
+                    != (
+                        before.down_kbps,
+                        before.down_on,
+                        before.up_kbps,
+                        before.up_on,
+                    );
+                if let (true, Some(eid)) = (changed, e.engine_id) {
+                    caps.push((
+                        eid,
+                        cap_of(l.down_kbps, l.down_on),
+                        cap_of(l.up_kbps, l.up_on),
+                    ));
+                }
+            }
+            if let Some(pos) = change.queue_position {
+                for id in &ids {
+                    st.queue.retain(|q| q != id);
+                    let at = (pos as usize).min(st.queue.len());
+                    st.queue.insert(at, *id);
+                }
+            }
+            caps
+        };
+        for (eid, down, up) in caps {
+            self.0.engine.set_caps(eid, down, up).await;
+        }
+        self.persist().await.map_err(super::methods::state_err)?;
+        if let Some(location) = change.location {
+            self.move_to(select, location, false).await?;
+        }
+        Ok(())
+    }
+
+    /// `queue-move-top/up/down/bottom`.
+    pub(super) async fn queue_move(
+        &self,
+        select: Selection,
+        action: Action,
+    ) -> Result<(), BackendError> {
+        {
+            let mut st = self.lock();
+            let chosen = st.selected(&select, None);
+            // In queue order, so that several ids keep their order.
+            let mut ids: Vec<TransferId> = st
+                .queue
+                .iter()
+                .copied()
+                .filter(|q| chosen.contains(q))
+                .collect();
+            if matches!(action, Action::QueueTop | Action::QueueDown) {
+                ids.reverse();
+            }
+            for id in ids {
+                let Some(at) = st.queue.iter().position(|q| *q == id) else {
+                    continue;
+                };
+                st.queue.remove(at);
+                let to = match action {
+                    Action::QueueTop => 0,
+                    Action::QueueUp => at.saturating_sub(1),
+                    Action::QueueDown => (at + 1).min(st.queue.len()),
+                    _ => st.queue.len(),
+                };
+                st.queue.insert(to, id);
+            }
+            let now = unix_now();
+            for id in chosen {
+                if let Some(e) = st.entries.get_mut(&id) {
+                    e.edited = now;
+                }
+            }
+        }
+        self.persist().await.map_err(super::methods::state_err)
+    }
+
+    /// `torrent-set-location`: each selected transfer leaves the engine
+    /// (its storage closed), its files move when `move_data`, and it comes
+    /// back from `location` (data found there is checked).
+    pub(super) async fn move_to(
+        &self,
+        select: Selection,
+        location: PathBuf,
+        move_data: bool,
+    ) -> Result<(), BackendError> {
+        if !location.is_absolute() {
+            return Err(BackendError::PathNotAbsolute(location));
+        }
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let targets: Vec<(TransferId, Option<EngineId>, DataPaths)> = {
+            let mut st = self.lock();
+            let ids = st.selected(&select, None);
+            let mut out = Vec::new();
+            for id in ids {
+                let Some(e) = st.entries.get_mut(&id) else {
+                    continue;
+                };
+                if e.adding || e.record.download_dir == location {
+                    continue;
+                }
+                if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                    e.saw(i);
+                }
+                let eid = e.engine_id.take();
+                if eid.is_some() {
+                    e.adding = true;
+                    e.earlier = (e.earlier.0 + e.run.0, e.earlier.1 + e.run.1);
+                    e.run = (0, 0);
+                }
+                out.push((id, eid, e.content.paths(&e.record.download_dir)));
+            }
+            out
+        };
+        let mut first_err = None;
+        for (id, eid, paths) in targets {
+            if let Some(eid) = eid {
+                self.0.engine.remove_closed(eid).await;
+            }
+            let moved = if move_data {
+                let to = location.clone();
+                tokio::task::spawn_blocking(move || move_files(&paths, &to))
+                    .await
+                    .map_err(|e| BackendError::Invalid(e.to_string()))
+                    .and_then(|r| r)
+            } else {
+                Ok(())
+            };
+            {
+                let mut st = self.lock();
+                if let Some(e) = st.entries.get_mut(&id) {
+                    match &moved {
+                        Ok(()) => {
+                            e.record.download_dir = location.clone();
+                            let v = Arc::make_mut(&mut e.base);
+                            v.download_dir = Arc::from(location.to_string_lossy().as_ref());
+                        }
+                        Err(err) => tracing::warn!("transfer {id}: moving its data: {err}"),
+                    }
+                    e.edited = unix_now();
+                }
+            }
+            if let Err(e) = moved {
+                first_err.get_or_insert(e);
+            }
+            self.launch(id, false);
+        }
+        self.persist().await.map_err(super::methods::state_err)?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Checks the seeding goals every `every`: a complete transfer that
+    /// reached its ratio goal, or sat idle past its idle limit, stops and
+    /// reads as finished (Transmission's `isFinished`).
+    pub(super) fn watch_limits(&self, every: Duration) {
+        let me = Arc::downgrade(&self.0);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                let Some(shared) = me.upgrade() else {
+                    return;
+                };
+                EngineBackend(shared).check_limits().await;
+            }
+        });
+    }
+
+    async fn check_limits(&self) {
+        // Nothing to check (the usual case): no snapshot of every transfer.
+        let any_goal = {
+            let st = self.lock();
+            st.settings.seed_ratio_limited
+                || st.settings.idle_seeding_limit_enabled
+                || st
+                    .entries
+                    .values()
+                    .any(|e| e.record.limits.ratio_mode == 1 || e.record.limits.idle_mode == 1)
+        };
+        if !any_goal {
+            return;
+        }
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let now = unix_now();
+        let stop: Vec<EngineId> = {
+            let mut st = self.lock();
+            let (g_ratio, g_ratio_on) =
+                (st.settings.seed_ratio_limit, st.settings.seed_ratio_limited);
+            let (g_idle, g_idle_on) = (
+                st.settings.idle_seeding_limit,
+                st.settings.idle_seeding_limit_enabled,
+            );
+            let mut stop = Vec::new();
+            for e in st.entries.values_mut() {
+                let Some(eid) = e.engine_id else {
+                    continue;
+                };
+                let Some(i) = by_eid.get(&eid) else {
+                    continue;
+                };
+                e.saw(i);
+                if i.download_rate > 0.0 || i.upload_rate > 0.0 {
+                    e.last_active = now;
+                }
+                let complete = i.size > 0 && i.bytes_had >= i.size;
+                if e.record.paused || !complete || matches!(e.content, Content::Ed2k(_)) {
+                    continue;
+                }
+                let l = e.record.limits;
+                let ratio = match l.ratio_mode {
+                    0 if g_ratio_on => Some(g_ratio),
+                    1 => Some(l.ratio_limit),
+                    _ => None,
+                };
+                let idle = match l.idle_mode {
+                    0 if g_idle_on => Some(g_idle),
+                    1 => Some(l.idle_limit),
+                    _ => None,
+                };
+                let down = e.earlier.0 + e.run.0;
+                let up = e.earlier.1 + e.run.1;
+                // As Transmission: the goal is a multiple of what was
+                // downloaded, or of the size for a seed from the start.
+                let base = if down > 0 { down } else { i.size };
+                let ratio_done = ratio.is_some_and(|r| up as f64 >= r * base as f64);
+                let idle_done =
+                    idle.is_some_and(|m| now.saturating_sub(e.last_active) >= u64::from(m) * 60);
+                if ratio_done || idle_done {
+                    tracing::info!(
+                        "{}: seeding goal reached ({}); stopped",
+                        e.base.name,
+                        if ratio_done { "ratio" } else { "idle time" }
+                    );
+                    e.record.paused = true;
+                    e.record.finished = true;
+                    e.edited = now;
+                    stop.push(eid);
+                }
+            }
+            stop
+        };
+        if stop.is_empty() {
+            return;
+        }
+        for eid in stop {
+            self.0.engine.pause(eid).await;
+        }
+        if let Err(e) = self.persist().await {
+            tracing::warn!("saving the state: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_engine_cannot_do_is_refused_naming_it() {
+        let ok = TransferChange {
+            download_limit: Some(10),
+            files_wanted: Some(FileSet::All),
+            priority_normal: Some(FileSet::Indices(vec![0, 1])),
+            files_unwanted: Some(FileSet::Indices(vec![])),
+            ..TransferChange::default()
+        };
+        check_supported(&ok, 2).unwrap();
+        let refused = |c: TransferChange, word: &str| match check_supported(&c, 2) {
+            Err(BackendError::Unsupported(m)) => assert!(m.contains(word), "{m}"),
+            other => panic!("{word}: {other:?}"),
+        };
+        refused(
+            TransferChange {
+                files_unwanted: Some(FileSet::Indices(vec![1])),
+                ..TransferChange::default()
+            },
+            "files-unwanted",
+        );
+        refused(
+            TransferChange {
+                priority_high: Some(FileSet::All),
+                ..TransferChange::default()
+            },
+            "priority",
+        );
+        refused(
+            TransferChange {
+                peer_limit: Some(3),
+                ..TransferChange::default()
+            },
+            "peer-limit",
+        );
+        refused(
+            TransferChange {
+                honors_session_limits: Some(false),
+                ..TransferChange::default()
+            },
+            "honorsSessionLimits",
+        );
+        assert!(matches!(
+            check_supported(
+                &TransferChange {
+                    files_wanted: Some(FileSet::Indices(vec![2])),
+                    ..TransferChange::default()
+                },
+                2
+            ),
+            Err(BackendError::FileIndexOutOfRange(2))
+        ));
+        assert!(matches!(
+            check_supported(
+                &TransferChange {
+                    seed_ratio_limit: Some(f64::NAN),
+                    ..TransferChange::default()
+                },
+                2
+            ),
+            Err(BackendError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn limits_apply_and_modes_round_trip() {
+        let mut l = Limits::default();
+        apply_limits(
+            &mut l,
+            &TransferChange {
+                download_limit: Some(50),
+                download_limited: Some(true),
+                seed_ratio_limit: Some(1.5),
+                seed_ratio_mode: Some(LimitMode::Single),
+                ..TransferChange::default()
+            },
+        );
+        assert_eq!((l.down_kbps, l.down_on, l.up_on), (50, true, false));
+        assert_eq!(
+            (l.ratio_limit, mode_of(l.ratio_mode)),
+            (1.5, LimitMode::Single)
+        );
+        for m in [LimitMode::Global, LimitMode::Single, LimitMode::Unlimited] {
+            assert_eq!(mode_of(mode_byte(m)), m);
+        }
+    }
+
+    #[test]
+    fn files_move_with_their_folders() {
+        let dir = std::env::temp_dir().join(format!("weir-move-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::create_dir_all(a.join("t/sub")).unwrap();
+        std::fs::write(a.join("t/sub/x"), b"xx").unwrap();
+        std::fs::write(a.join("t/y"), b"y").unwrap();
+        std::fs::write(a.join(".j"), b"j").unwrap();
+        let p = DataPaths {
+            root: a.clone(),
+            files: vec!["t/sub/x".into(), "t/y".into(), "t/missing".into()],
+            side: vec![".j".into()],
+            own_root: false,
+        };
+        move_files(&p, &b).unwrap();
+        assert_eq!(std::fs::read(b.join("t/sub/x")).unwrap(), b"xx");
+        assert_eq!(std::fs::read(b.join("t/y")).unwrap(), b"y");
+        assert_eq!(std::fs::read(b.join(".j")).unwrap(), b"j");
+        assert!(!a.join("t").exists(), "the emptied folder stays");
+        assert!(a.exists(), "the download directory itself stays");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

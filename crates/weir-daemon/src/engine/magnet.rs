@@ -1,0 +1,249 @@
+//! Magnet links on the engine: the transfer is listed at once (its name
+//! from `dn`, no size, metadata 0%), its metadata (BEP 9) is fetched in
+//! the background from the link's peers (`x.pe`) and trackers
+//! (`weir_runtime::magnet::fetch`), tried again after a failure while the
+//! transfer is started; once it arrives the .torrent is kept in the state
+//! directory and the record becomes an ordinary torrent, so a restart
+//! never fetches it again.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_bt::magnet::{Magnet, PeerAddr};
+use weir_runtime::magnet::{FetchFailure, FetchOptions};
+
+use super::state::RecordSource;
+use super::{Content, EngineBackend};
+use crate::backend::*;
+use crate::sources::{Parsed, of_metainfo};
+
+/// How long one fetch may take before it is tried again.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The wait before fetching again after a failure (doubled each time, up
+/// to [`MAX_RETRY`]).
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+/// Longest wait between fetches.
+const MAX_RETRY: Duration = Duration::from_secs(60);
+
+/// Parses a magnet link into what is listed before its metadata comes.
+pub(super) fn parse(link: &str) -> Result<(Magnet, Parsed), BackendError> {
+    let m = Magnet::parse(link)
+        .map_err(|e| BackendError::InvalidTorrent(format!("bad magnet link: {e}")))?;
+    let Some(ih) = m.info_hash else {
+        return Err(BackendError::InvalidTorrent(
+            "bad magnet link: it has no BitTorrent info-hash (xt=urn:btih:)".into(),
+        ));
+    };
+    let hash = TransferHash::Bt(ih);
+    let name = m.name.clone().unwrap_or_else(|| hash.to_hex());
+    let mut v = TransferView::new(0, hash, name.as_str());
+    v.metadata_percent_complete = 0.0;
+    v.link = Arc::from(m.to_uri().as_str());
+    let trackers = m
+        .trackers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TrackerView {
+            id: i as u32,
+            tier: i as u32,
+            announce: Arc::from(t.as_str()),
+            ..TrackerView::default()
+        })
+        .collect();
+    Ok((
+        m,
+        Parsed {
+            view: v,
+            files: Vec::new(),
+            trackers,
+        },
+    ))
+}
+
+/// The peers a magnet names by address (dialled for its data too).
+pub(super) fn link_peers(m: &Magnet) -> Vec<SocketAddr> {
+    m.peers
+        .iter()
+        .filter_map(|p| match p {
+            PeerAddr::Ip(a) => Some(*a),
+            PeerAddr::Name { .. } => None,
+        })
+        .collect()
+}
+
+impl EngineBackend {
+    /// Starts fetching transfer `id`'s metadata, unless it is stopped, not
+    /// a magnet, or already fetching.
+    pub(super) fn fetch_metadata(&self, id: TransferId) {
+        let magnet = {
+            let mut st = self.lock();
+            let Some(e) = st.entries.get_mut(&id) else {
+                return;
+            };
+            let Content::Magnet(m) = &e.content else {
+                return;
+            };
+            if e.fetching || e.record.paused {
+                return;
+            }
+            e.fetching = true;
+            m.clone()
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut retry = FIRST_RETRY;
+            loop {
+                let opts = FetchOptions {
+                    policy: me.0.cfg.policy.clone(),
+                    peers: Vec::new(),
+                    peer_id: weir_runtime::bt::new_peer_id(),
+                    port: me.0.cfg.peer_port,
+                    local_ip: me.0.cfg.listen_ip,
+                    use_trackers: me.0.cfg.use_trackers,
+                    timeout: FETCH_TIMEOUT,
+                    max_dials: 8,
+                };
+                let r = weir_runtime::magnet::fetch(&magnet, &opts).await;
+                match r {
+                    Ok(got) => {
+                        me.got_metadata(id, got).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::info!("transfer {id}: metadata: {e}");
+                        let why: Arc<str> = Arc::from(e.to_string().as_str());
+                        let give_up = matches!(e, FetchFailure::Invalid(_));
+                        let go_on = {
+                            let mut st = me.lock();
+                            match st.entries.get_mut(&id) {
+                                Some(e) if !e.record.paused && !give_up => {
+                                    e.fetch_error = Some(why);
+                                    true
+                                }
+                                Some(e) => {
+                                    e.fetching = false;
+                                    e.fetch_error = Some(why);
+                                    false
+                                }
+                                None => false,
+                            }
+                        };
+                        if !go_on {
+                            return;
+                        }
+                    }
+                }
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(MAX_RETRY);
+                let still = {
+                    let mut st = me.lock();
+                    match st.entries.get_mut(&id) {
+                        Some(e) if !e.record.paused => true,
+                        Some(e) => {
+                            e.fetching = false;
+                            false
+                        }
+                        None => false,
+                    }
+                };
+                if !still {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The metadata of transfer `id` arrived: keep the .torrent, make the
+    /// record a torrent's (durably), and start it in the engine.
+    async fn got_metadata(&self, id: TransferId, got: weir_bt::metadata::FetchedMetadata) {
+        let hex = TransferHash::Bt(got.metainfo.info_hash).to_hex();
+        if !self.lock().entries.contains_key(&id) {
+            return;
+        }
+        let sd = self.0.dir.clone();
+        let (h, data) = (hex.clone(), got.torrent_file.clone());
+        let saved = match tokio::task::spawn_blocking(move || sd.save_torrent(&h, &data)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(why) = saved {
+            // Not kept: it stays a magnet (a restart fetches it again),
+            // stopped with the reason.
+            tracing::error!("transfer {id}: keeping its metadata: {why}");
+            let mut st = self.lock();
+            if let Some(e) = st.entries.get_mut(&id) {
+                e.fetching = false;
+                e.failed = Some(Arc::from(format!("keeping its metadata: {why}").as_str()));
+            }
+            return;
+        }
+        let kept = {
+            let mut st = self.lock();
+            let path = self.0.dir.torrent_path(&hex);
+            match st.entries.get_mut(&id) {
+                Some(e) => {
+                    let meta = Arc::new(got.metainfo);
+                    let mut parsed = of_metainfo(&meta);
+                    parsed.view.id = id;
+                    parsed.view.download_dir = e.base.download_dir.clone();
+                    parsed.view.torrent_file = Arc::from(path.to_string_lossy().as_ref());
+                    e.base = Arc::new(parsed.view);
+                    e.files = parsed.files;
+                    e.trackers = parsed.trackers;
+                    e.content = Content::Torrent(meta);
+                    e.record.source = RecordSource::Torrent {
+                        info_hash: hex.clone(),
+                    };
+                    e.fetching = false;
+                    e.fetch_error = None;
+                    e.edited = super::unix_now();
+                    true
+                }
+                None => false,
+            }
+        };
+        if !kept {
+            // Removed while its metadata came.
+            self.0.dir.remove_torrent(&hex);
+            return;
+        }
+        if let Err(e) = self.persist().await {
+            tracing::error!("transfer {id}: saving the state: {e}");
+        }
+        tracing::info!("transfer {id}: metadata arrived; starting it");
+        self.launch(id, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magnets_list_before_their_metadata() {
+        let (m, p) = parse(
+            "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567&dn=my+file%21&tr=http%3A%2F%2F127.0.0.1%2Fa&x.pe=127.0.0.1:6881",
+        )
+        .unwrap();
+        assert_eq!(&*p.view.name, "my file!");
+        assert_eq!(p.view.total_size, 0);
+        assert_eq!(p.view.metadata_percent_complete, 0.0);
+        assert_eq!(
+            p.view.hash.to_hex(),
+            "0123456789abcdef0123456789abcdef01234567"
+        );
+        assert_eq!(&*p.trackers[0].announce, "http://127.0.0.1/a");
+        assert_eq!(link_peers(&m), vec!["127.0.0.1:6881".parse().unwrap()]);
+        // No name: the hash names it.
+        let (_, p) = parse("magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567").unwrap();
+        assert_eq!(&*p.view.name, "0123456789abcdef0123456789abcdef01234567");
+        for bad in ["magnet:?dn=x", "magnet:?xt=urn:btih:zz", "http://x"] {
+            assert!(
+                matches!(parse(bad), Err(BackendError::InvalidTorrent(_))),
+                "{bad}"
+            );
+        }
+    }
+}

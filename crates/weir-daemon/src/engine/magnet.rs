@@ -97,7 +97,7 @@ impl EngineBackend {
                 let opts = FetchOptions {
                     policy: me.0.cfg.policy.clone(),
                     peers: Vec::new(),
-                    peer_id: weir_runtime::bt::new_peer_id(),
+                    peer_id: weir_runtime::engine::new_peer_id(),
                     port: me.0.cfg.peer_port,
                     local_ip: me.0.cfg.listen_ip,
                     use_trackers: me.0.cfg.use_trackers,

@@ -32,6 +32,7 @@ const NAME: &str = "two-networks.bin";
 struct Run {
     w: World,
     leecher: NodeId,
+    server: NodeId,
     bt_seeder: NodeId,
     ed2k_seeder: NodeId,
     torrent: std::sync::Arc<TorrentSpec>,
@@ -88,6 +89,7 @@ fn run(seed: u64, corrupt_ed2k: bool) -> Run {
     Run {
         w,
         leecher,
+        server,
         bt_seeder,
         ed2k_seeder,
         torrent,
@@ -160,6 +162,13 @@ fn one_file_from_a_bittorrent_and_an_ed2k_seeder_at_once() {
         "data differs"
     );
     assert_eq!(parts.0, parts.1, "not every eD2k part passed MD4");
+    // Once it had a part, the leecher offered the file on eD2k too.
+    let offers: Vec<&ServerEvent> =
+        r.w.server_events(r.server)
+            .iter()
+            .filter(|e| matches!(e, ServerEvent::Offered { files: 1.., .. }))
+            .collect();
+    assert_eq!(offers.len(), 2, "offers: {offers:?}");
     assert_eq!(st.hash_failures, 0);
     assert!(n.banned().is_empty(), "banned {:?}", n.banned());
     for (name, got) in [("BitTorrent", bt), ("eD2k", ed2k)] {

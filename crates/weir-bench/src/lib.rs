@@ -15,6 +15,7 @@ pub mod common;
 pub mod daemon;
 pub mod ed2k;
 pub mod killsuite;
+pub mod many;
 pub mod multi;
 pub mod ramp;
 pub mod report;
@@ -41,7 +42,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 10] = [
     "bt-single",
     "ramp",
     "cap",
@@ -51,6 +52,7 @@ pub const SCENARIOS: [&str; 9] = [
     "daemon",
     "killsuite",
     "multi",
+    "many",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -65,6 +67,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "daemon" => daemon::run(cfg),
         "killsuite" => killsuite::run(cfg),
         "multi" => multi::run(cfg),
+        "many" => many::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -120,7 +120,9 @@
 //! protocols and reconnects), `shared_cap` (a BitTorrent and an eD2k
 //! transfer under one 20 MB/s cap; two torrents of one session),
 //! `mixed_swarm` (BitTorrent and eD2k in every session, sources from an
-//! eD2k server, loss, identical data, determinism).
+//! eD2k server, loss, identical data, determinism), `two_networks` (one
+//! file from a BitTorrent and an eD2k seeder at once through an ed2k link
+//! that joins the torrent; a corrupt eD2k seeder caught and banned).
 //!
 //! # Using it
 //!

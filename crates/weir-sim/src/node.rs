@@ -90,7 +90,10 @@ impl TransferConfig {
 
     /// An eD2k file the node downloads from its link (no part hashes: the
     /// hashset is asked of a source) and the sources given with
-    /// [`TransferConfig::peers`].
+    /// [`TransferConfig::peers`]. When its link names a file of a torrent
+    /// the node already has (same name and size), it joins that transfer
+    /// (`Session::ed2k_joins`): one file from two networks, stored and
+    /// counted as the torrent's (this config's own chains are not used).
     pub fn ed2k_get(spec: &Arc<Ed2kSpec>) -> Self {
         Self::new(What::Ed2kGet(spec.clone()))
     }
@@ -665,6 +668,13 @@ impl World {
             }
         };
         let id = r.unwrap_or_else(|e| panic!("{}: cannot add a transfer: {e}", node.name));
+        if node.slots.contains_key(&id) {
+            // An ed2k link naming a file of a torrent already in the
+            // session joined that transfer (one file from two networks):
+            // the torrent's slot (its storage, series and chains) is the
+            // transfer's; a second slot would replace it.
+            return id;
+        }
         node.slots.insert(
             id,
             Slot {

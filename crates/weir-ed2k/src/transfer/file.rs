@@ -42,12 +42,16 @@ pub(super) struct Recovery {
 }
 
 /// Where an attached file's bytes and parts sit in the content it shares.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Shared {
     /// The file's parts, in the content's byte coordinates.
     pub(super) grid: UnitGrid,
     /// The content's scheme that checks the parts (MD4).
     pub(super) scheme: SchemeId,
+    /// The parts that passed, as of the last time the content was lent:
+    /// what the file reports while the content is with its owner
+    /// (between calls), when the file holds only a placeholder.
+    pub(super) verified: Bitfield,
 }
 
 #[derive(Debug)]
@@ -173,7 +177,7 @@ impl FileState {
                 .content
                 .scheme_verified(sh.scheme)
                 .cloned()
-                .unwrap_or_else(|| Bitfield::new(self.geo.piece_count())),
+                .unwrap_or_else(|| sh.verified.clone()),
             None => self.content.had().clone(),
         }
     }
@@ -194,13 +198,13 @@ impl FileState {
     /// The file offset of a block the content picked.
     pub(super) fn file_offset(&self, s: &BlockSpan) -> u64 {
         let at = self.content.geometry().piece_offset(s.piece) + u64::from(s.begin);
-        at - self.shared.map_or(0, |sh| sh.grid.offset)
+        at - self.shared.as_ref().map_or(0, |sh| sh.grid.offset)
     }
 
     /// A storage read of `len` bytes at file offset `start`, addressed in
     /// the content's pieces.
     pub(super) fn read_op(&self, id: u64, start: u64, len: u32) -> StorageOp {
-        let at = start + self.shared.map_or(0, |sh| sh.grid.offset);
+        let at = start + self.shared.as_ref().map_or(0, |sh| sh.grid.offset);
         let geo = self.content.geometry();
         let pl = u64::from(geo.piece_len().max(1));
         let (piece, begin) = ((at / pl) as u32, (at % pl) as u32);

@@ -435,7 +435,11 @@ impl Client {
             &Bitfield::new(parts),
         );
         f.content = Content::placeholder();
-        f.shared = Some(file::Shared { grid, scheme });
+        f.shared = Some(file::Shared {
+            grid,
+            scheme,
+            verified: Bitfield::new(parts),
+        });
         f.aich_master = link.aich;
         f.aich_trusted = link.aich.is_some();
         let known = f.hashset.is_some();
@@ -460,10 +464,13 @@ impl Client {
 
     /// Takes back the content lent to an attached file.
     pub fn take_back(&mut self, file: FileId) -> Option<Content> {
-        let f = self
-            .files
-            .get_mut(file as usize)
-            .filter(|f| f.shared.is_some())?;
+        let f = self.files.get_mut(file as usize)?;
+        let sh = f.shared.as_mut()?;
+        // Progress between calls reads this copy (the placeholder left
+        // behind has no schemes).
+        if let Some(v) = f.content.scheme_verified(sh.scheme) {
+            sh.verified.clone_from(v);
+        }
         Some(std::mem::replace(&mut f.content, Content::placeholder()))
     }
 

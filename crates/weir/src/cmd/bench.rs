@@ -13,8 +13,8 @@ use crate::exit::bad_input;
 /// Arguments of `weir bench`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Scenario: bt-single, ramp, cap, rtt, zmodem, ed2k, daemon, killsuite or
-    /// multi.
+    /// Scenario: bt-single, ramp, cap, rtt, zmodem, ed2k, daemon, killsuite,
+    /// multi or many.
     #[arg(value_name = "SCENARIO")]
     scenario: String,
     /// Directory for the result files.

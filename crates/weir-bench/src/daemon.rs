@@ -538,4 +538,18 @@ mod tests {
         assert!((median(&[3.0, 1.0, 2.0]) - 2.0).abs() < 1e-9);
         assert!((p90(&[1.0; 10]) - 1.0).abs() < 1e-9);
     }
+
+    #[test]
+    fn proc_status_fields() {
+        let me = std::process::id();
+        let threads = status_field(me, "Threads:");
+        assert!((1.0..100_000.0).contains(&threads), "{threads}");
+        let rss = rss_mib(me);
+        assert!(rss > 0.1 && rss < 100_000.0, "{rss}");
+        assert!(status_field(me, "NoSuchKey:").is_nan());
+        let mut s = BTreeMap::new();
+        s.insert(4, 3);
+        s.insert(1, 2);
+        assert_eq!(statuses_text(&s), "2 x status 1, 3 x status 4");
+    }
 }

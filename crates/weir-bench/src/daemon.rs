@@ -1,23 +1,26 @@
 //! Scenario `daemon`: the Transmission RPC of transmission-daemon 3.00 and
-//! of weir's RPC front end, side by side: N torrents (default 1,000) added
-//! over RPC (`torrent-add` with base64 `metainfo`), then `torrent-get` of
-//! all of them with the fields `transmission-remote -l` asks, timed from
+//! of the real `weir daemon`, side by side: N torrents (default 1,000)
+//! added over RPC (`torrent-add` with base64 `metainfo`), then `torrent-get`
+//! of all of them with the fields `transmission-remote -l` asks, timed from
 //! the request to the last byte of the answer (median of `gets`, default
-//! 20), the answer's size, the server's RSS and CPU.
+//! 20), the answer's size, and the server process's RSS (`VmRSS` after the
+//! gets, `VmHWM` peak), CPU (utime + stime from `/proc/<pid>/stat`, over
+//! the adds and gets) and thread count (`Threads:`).
 //!
-//! **weir runs with the fake backend** (`weir_daemon::fake::FakeBackend`,
-//! transfers kept in memory, no engine), in this process: its CPU is the
-//! server's runtime threads only (from `/proc/self/task`), its RSS the
-//! growth of this process while the server holds the transfers. This
-//! measures the RPC front end; the real daemon replaces the fake later.
+//! Both daemons are separate processes listening on 127.0.0.1 inside one
+//! namespace holding only `lo`. Transmission has DHT, LSD, PEX, uTP,
+//! UPnP/NAT-PMP and the blocklist off; weir runs with `--no-dht
+//! --no-trackers` under `--allow 127.0.0.0/8`. The torrents name no
+//! tracker and have no data on disk: they sit incomplete with no peers.
 //!
-//! Both servers listen on 127.0.0.1 inside a namespace holding only `lo`;
-//! Transmission has DHT, LSD, PEX, uTP, UPnP/NAT-PMP and the blocklist off,
-//! and the torrents name no tracker. A last row times `torrent-get` of
-//! `big` (default 10,000) synthetic transfers on weir's front end.
+//! Extra rows, labelled "weir front end (fake backend)": weir's RPC front
+//! end with `weir_daemon::fake::FakeBackend` (in-memory transfers, no
+//! engine) inside this process, for the same N and for `big` (default
+//! 10,000) synthetic transfers: what the RPC layer alone costs.
 //!
 //! Options: `torrents`, `gets`, `big`; `--runs` (default 3).
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
@@ -33,6 +36,7 @@ use weir_daemon::{RpcConfig, RpcServer};
 use weir_lab::{Netns, Proc, TempDir};
 
 use crate::BenchConfig;
+use crate::bt_setup::weir_in;
 use crate::report::{Metric, Report};
 
 /// `--set` keys this scenario knows.
@@ -57,12 +61,25 @@ pub const LIST_FIELDS: [&str; 14] = [
 ];
 
 const TR_RPC: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9191);
+const WEIR_RPC: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9192);
+/// Where the weir daemon listens for peers (eD2k on the next port).
+const WEIR_PEERS: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 51616);
 
 /// What one server did.
 struct Measured {
     add_s: f64,
     get_ms: Vec<f64>,
     answer_bytes: usize,
+    /// Transfers per `status` code in the last answer.
+    statuses: BTreeMap<i64, usize>,
+}
+
+/// The server process's figures, NaN where not known.
+struct Usage {
+    rss_mib: f64,
+    peak_rss_mib: f64,
+    cpu_s: f64,
+    threads: f64,
 }
 
 /// `n` distinct single-file torrents (no tracker, no data needed).
@@ -104,20 +121,26 @@ async fn measure(addr: SocketAddr, torrents: &[Vec<u8>], gets: usize) -> anyhow:
     let add_s = t0.elapsed().as_secs_f64();
     get_times(&c, torrents.len(), gets)
         .await
-        .map(|(get_ms, answer_bytes)| Measured {
+        .map(|(get_ms, answer_bytes, statuses)| Measured {
             add_s,
             get_ms,
             answer_bytes,
+            statuses,
         })
 }
 
-async fn get_times(c: &RpcClient, n: usize, gets: usize) -> anyhow::Result<(Vec<f64>, usize)> {
+async fn get_times(
+    c: &RpcClient,
+    n: usize,
+    gets: usize,
+) -> anyhow::Result<(Vec<f64>, usize, BTreeMap<i64, usize>)> {
     let body = Bytes::from(serde_json::to_vec(
         &json!({"method": "torrent-get", "arguments": {"fields": LIST_FIELDS}, "tag": 4}),
     )?);
     let id = c.session_id().context("no session id")?;
     let mut times = Vec::with_capacity(gets);
     let mut size = 0;
+    let mut statuses = BTreeMap::new();
     for _ in 0..gets {
         let t = Instant::now();
         let r = c.post(body.clone(), Some(&id)).await?;
@@ -126,13 +149,20 @@ async fn get_times(c: &RpcClient, n: usize, gets: usize) -> anyhow::Result<(Vec<
             bail!("torrent-get: HTTP {}", r.status);
         }
         let v: Value = serde_json::from_slice(&r.body)?;
-        let got = v["arguments"]["torrents"].as_array().map_or(0, Vec::len);
+        let list = v["arguments"]["torrents"].as_array();
+        let got = list.map_or(0, Vec::len);
         if got != n {
             bail!("torrent-get listed {got} transfers, expected {n}");
         }
+        statuses.clear();
+        for t in list.into_iter().flatten() {
+            *statuses
+                .entry(t["status"].as_i64().unwrap_or(-1))
+                .or_insert(0) += 1;
+        }
         size = r.body.len();
     }
-    Ok((times, size))
+    Ok((times, size, statuses))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -155,15 +185,21 @@ fn p90(v: &[f64]) -> f64 {
     }
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// The number in line `key` (`"VmRSS:"`, `"Threads:"`) of
+/// `/proc/<pid>/status`; NaN when absent.
+fn status_field(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
-        .map_or(f64::NAN, |kib| kib / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    status_field(pid, "VmRSS:") / 1024.0
 }
 
 /// CPU seconds of threads `tids` of this process.
@@ -232,35 +268,83 @@ fn start_transmission(ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
     Ok(p)
 }
 
-fn run_transmission(
+/// Starts `weir daemon` in `ns` on [`WEIR_RPC`] / [`WEIR_PEERS`], off the
+/// network beyond loopback (`--no-dht --no-trackers`, the bench policy),
+/// its state and downloads under `work`; waits for its RPC port.
+fn start_weir_daemon(cfg: &BenchConfig, ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
+    let state = work.subdir("weir-state")?;
+    let dl = work.subdir("weir-downloads")?;
+    let home = work.subdir("weir-home")?;
+    let mut c = weir_in(cfg, ns);
+    c.env("WEIR_ED2K_HOME", &home)
+        .env("HOME", &home)
+        .env_remove("WEIR_ED2K_USER_HASH")
+        .env("RUST_LOG", "warn")
+        .arg("daemon")
+        .arg("--rpc")
+        .arg(WEIR_RPC.to_string())
+        .arg("--listen")
+        .arg(WEIR_PEERS.to_string())
+        .arg("--download-dir")
+        .arg(&dl)
+        .arg("--state")
+        .arg(&state)
+        .args(["--no-dht", "--no-trackers"]);
+    let mut p = Proc::spawn_logged("weir-daemon", &mut c, work.path())?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ns
+        .wait_port(SocketAddr::V4(WEIR_RPC), Duration::from_millis(200))
+        .is_err()
+    {
+        if p.try_wait()?.is_some() {
+            return Err(p.failure("weir daemon exited"));
+        }
+        if Instant::now() >= deadline {
+            return Err(p.failure("weir daemon RPC did not come up"));
+        }
+    }
+    Ok(p)
+}
+
+/// Adds and gets on the daemon `p` (RPC at `addr`), then reads its RSS,
+/// peak RSS, threads and the CPU it used meanwhile, and ends it.
+fn run_process(
     ns: &Netns,
-    work: &TempDir,
+    mut p: Proc,
+    addr: SocketAddrV4,
     torrents: &[Vec<u8>],
     gets: usize,
-) -> anyhow::Result<(Measured, f64, f64)> {
-    let mut p = start_transmission(ns, work)?;
+) -> anyhow::Result<(Measured, Usage)> {
     let cpu0 = weir_lab::process::tree_cpu_s(p.pid());
     let m = ns.try_run_in(|| -> anyhow::Result<Measured> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(measure(SocketAddr::V4(TR_RPC), torrents, gets))
-    })??;
-    let cpu = weir_lab::process::tree_cpu_s(p.pid()) - cpu0;
-    let rss = rss_mib(p.pid());
+        rt.block_on(measure(SocketAddr::V4(addr), torrents, gets))
+    })?;
+    let usage = Usage {
+        cpu_s: weir_lab::process::tree_cpu_s(p.pid()) - cpu0,
+        rss_mib: rss_mib(p.pid()),
+        peak_rss_mib: status_field(p.pid(), "VmHWM:") / 1024.0,
+        threads: status_field(p.pid(), "Threads:"),
+    };
+    let m = match m {
+        Ok(m) => m,
+        Err(e) => return Err(p.failure(&format!("{e:#}"))),
+    };
     p.kill_tree()?;
-    Ok((m, rss, cpu))
+    Ok((m, usage))
 }
 
 /// weir's front end with the fake backend on a runtime of its own (two
 /// worker threads, whose ids are kept for CPU accounting).
-fn run_weir(
+fn run_fake(
     ns: &Netns,
     torrents: &[Vec<u8>],
     synthetic: usize,
     gets: usize,
-) -> anyhow::Result<(Measured, f64, f64)> {
-    ns.try_run_in(|| -> anyhow::Result<(Measured, f64, f64)> {
+) -> anyhow::Result<(Measured, Usage)> {
+    ns.try_run_in(|| -> anyhow::Result<(Measured, Usage)> {
         let tids = Arc::new(Mutex::new(Vec::new()));
         let t2 = tids.clone();
         let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -299,21 +383,46 @@ fn run_weir(
                 let c = RpcClient::new(addr);
                 c.call("session-get", json!({"fields": ["version"]}))
                     .await?;
-                let (get_ms, answer_bytes) = get_times(&c, synthetic, gets).await?;
+                let (get_ms, answer_bytes, statuses) = get_times(&c, synthetic, gets).await?;
                 anyhow::Ok(Measured {
                     add_s: f64::NAN,
                     get_ms,
                     answer_bytes,
+                    statuses,
                 })
             })?
         } else {
             client_rt.block_on(measure(addr, torrents, gets))?
         };
-        let cpu = threads_cpu_s(&tids_now()) - cpu0;
-        let rss = rss_mib(std::process::id()) - rss0;
+        let usage = Usage {
+            cpu_s: threads_cpu_s(&tids_now()) - cpu0,
+            rss_mib: rss_mib(std::process::id()) - rss0,
+            peak_rss_mib: f64::NAN,
+            threads: f64::NAN,
+        };
         server_rt.block_on(handle.stop())?;
-        Ok((m, rss, cpu))
+        Ok((m, usage))
     })?
+}
+
+fn row(m: &Measured, u: &Usage) -> [f64; 8] {
+    [
+        m.add_s,
+        median(&m.get_ms),
+        p90(&m.get_ms),
+        m.answer_bytes as f64 / 1024.0,
+        u.rss_mib,
+        u.peak_rss_mib,
+        u.cpu_s,
+        u.threads,
+    ]
+}
+
+fn statuses_text(s: &BTreeMap<i64, usize>) -> String {
+    s.iter()
+        .map(|(k, v)| format!("{v} x status {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs the scenario.
@@ -334,51 +443,45 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             Metric::new("get ms (p90)", 2),
             Metric::new("answer KiB", 0),
             Metric::new("RSS MiB", 1),
+            Metric::new("peak RSS MiB", 1),
             Metric::new("server CPU s", 2),
+            Metric::new("threads", 0),
         ],
     );
     let tr = "transmission-daemon 3.00";
-    let weir = "weir RPC, FAKE backend";
+    let weir = "weir daemon";
+    let fake = "weir front end (fake backend)";
     let n_label = n.to_string();
     let mut ratios = Vec::new();
+    let mut rss_ratios = Vec::new();
+    let mut statuses = Vec::new();
     for run in 0..cfg.runs.max(1) {
         eprintln!("daemon: run {}/{}", run + 1, cfg.runs.max(1));
         let work = TempDir::new("bench-daemon")?;
-        let t = run_transmission(&ns, &work, &torrents, gets);
-        let w = run_weir(&ns, &torrents, 0, gets);
-        for (label, r) in [(tr, &t), (weir, &w)] {
+        let t = start_transmission(&ns, &work)
+            .and_then(|p| run_process(&ns, p, TR_RPC, &torrents, gets));
+        let w = start_weir_daemon(cfg, &ns, &work)
+            .and_then(|p| run_process(&ns, p, WEIR_RPC, &torrents, gets));
+        let f = run_fake(&ns, &torrents, 0, gets);
+        for (label, r) in [(tr, &t), (weir, &w), (fake, &f)] {
             match r {
-                Ok((m, rss, cpu)) => rep.add_run(
-                    &[label, &n_label],
-                    &[
-                        m.add_s,
-                        median(&m.get_ms),
-                        p90(&m.get_ms),
-                        m.answer_bytes as f64 / 1024.0,
-                        *rss,
-                        *cpu,
-                    ],
-                ),
+                Ok((m, u)) => {
+                    rep.add_run(&[label, &n_label], &row(m, u));
+                    if run == 0 {
+                        statuses.push(format!("{label}: {}", statuses_text(&m.statuses)));
+                    }
+                }
                 Err(e) => rep.add_failure(&[label, &n_label], &format!("{e:#}")),
             }
         }
-        if let (Ok((t, ..)), Ok((w, ..))) = (&t, &w) {
+        if let (Ok((t, tu)), Ok((w, wu))) = (&t, &w) {
             ratios.push(median(&t.get_ms) / median(&w.get_ms));
+            rss_ratios.push(wu.rss_mib / tu.rss_mib);
         }
         if big > 0 {
-            match run_weir(&ns, &[], big, gets) {
-                Ok((m, rss, cpu)) => rep.add_run(
-                    &[weir, &big.to_string()],
-                    &[
-                        f64::NAN,
-                        median(&m.get_ms),
-                        p90(&m.get_ms),
-                        m.answer_bytes as f64 / 1024.0,
-                        rss,
-                        cpu,
-                    ],
-                ),
-                Err(e) => rep.add_failure(&[weir, &big.to_string()], &format!("{e:#}")),
+            match run_fake(&ns, &[], big, gets) {
+                Ok((m, u)) => rep.add_run(&[fake, &big.to_string()], &row(&m, &u)),
+                Err(e) => rep.add_failure(&[fake, &big.to_string()], &format!("{e:#}")),
             }
         }
     }
@@ -388,14 +491,30 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         LIST_FIELDS.len()
     ));
     rep.note(
-        "weir rows: the RPC front end with weir_daemon::fake::FakeBackend (in-memory transfers, \
-         no engine) inside this process; its RSS is this process's growth while the server \
-         holds the transfers, its CPU the server runtime's threads; the real daemon replaces it",
+        "transmission-daemon and weir daemon rows: separate processes in one namespace holding \
+         only lo; RSS is VmRSS after the gets, peak RSS VmHWM, CPU utime+stime over the adds \
+         and gets, threads from /proc/<pid>/status; synthetic torrents with no data on disk \
+         and no tracker (weir: --no-dht --no-trackers)",
     );
-    if !ratios.is_empty() {
+    rep.note(
+        "fake backend rows: weir's RPC front end with weir_daemon::fake::FakeBackend \
+         (in-memory transfers, no engine) inside this process; RSS is this process's growth \
+         while the server holds the transfers, CPU the server runtime's threads",
+    );
+    if !statuses.is_empty() {
         rep.note(&format!(
-            "torrent-get speed-up over Transmission (median of runs): {:.1}x (goal >= 5x)",
-            median(&ratios)
+            "transfer statuses after the adds (run 1): {}",
+            statuses.join("; ")
+        ));
+    }
+    if !ratios.is_empty() {
+        let speed = median(&ratios);
+        let rss = median(&rss_ratios);
+        rep.note(&format!(
+            "weir daemon vs Transmission (median of runs): torrent-get {speed:.1}x faster \
+             (goal >= 5x: {}), RSS {rss:.2}x Transmission's (goal <= 1x: {})",
+            if speed >= 5.0 { "met" } else { "NOT met" },
+            if rss <= 1.0 { "met" } else { "NOT met" },
         ));
     }
     rep.print();
@@ -418,5 +537,19 @@ mod tests {
         }
         assert!((median(&[3.0, 1.0, 2.0]) - 2.0).abs() < 1e-9);
         assert!((p90(&[1.0; 10]) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn proc_status_fields() {
+        let me = std::process::id();
+        let threads = status_field(me, "Threads:");
+        assert!((1.0..100_000.0).contains(&threads), "{threads}");
+        let rss = rss_mib(me);
+        assert!(rss > 0.1 && rss < 100_000.0, "{rss}");
+        assert!(status_field(me, "NoSuchKey:").is_nan());
+        let mut s = BTreeMap::new();
+        s.insert(4, 3);
+        s.insert(1, 2);
+        assert_eq!(statuses_text(&s), "2 x status 1, 3 x status 4");
     }
 }

@@ -117,6 +117,19 @@ pub fn parse_set(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The number in line `key` (`"VmRSS:"`, `"VmHWM:"`, `"Threads:"`) of
+/// `/proc/<pid>/status` (KiB for the memory lines); NaN when absent.
+pub fn proc_status_field(pid: u32, key: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// Median of the values (mean of the middle two for an even count); `None`
 /// when empty. NaNs are ignored.
 pub fn median(values: &[f64]) -> Option<f64> {

@@ -37,6 +37,7 @@ use weir_lab::{Netns, Proc, TempDir};
 
 use crate::BenchConfig;
 use crate::bt_setup::weir_in;
+use crate::common::proc_status_field;
 use crate::report::{Metric, Report};
 
 /// `--set` keys this scenario knows.
@@ -185,21 +186,8 @@ fn p90(v: &[f64]) -> f64 {
     }
 }
 
-/// The number in line `key` (`"VmRSS:"`, `"Threads:"`) of
-/// `/proc/<pid>/status`; NaN when absent.
-fn status_field(pid: u32, key: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(f64::NAN)
-}
-
 fn rss_mib(pid: u32) -> f64 {
-    status_field(pid, "VmRSS:") / 1024.0
+    proc_status_field(pid, "VmRSS:") / 1024.0
 }
 
 /// CPU seconds of threads `tids` of this process.
@@ -325,8 +313,8 @@ fn run_process(
     let usage = Usage {
         cpu_s: weir_lab::process::tree_cpu_s(p.pid()) - cpu0,
         rss_mib: rss_mib(p.pid()),
-        peak_rss_mib: status_field(p.pid(), "VmHWM:") / 1024.0,
-        threads: status_field(p.pid(), "Threads:"),
+        peak_rss_mib: proc_status_field(p.pid(), "VmHWM:") / 1024.0,
+        threads: proc_status_field(p.pid(), "Threads:"),
     };
     let m = match m {
         Ok(m) => m,
@@ -542,11 +530,11 @@ mod tests {
     #[test]
     fn proc_status_fields() {
         let me = std::process::id();
-        let threads = status_field(me, "Threads:");
+        let threads = proc_status_field(me, "Threads:");
         assert!((1.0..100_000.0).contains(&threads), "{threads}");
         let rss = rss_mib(me);
         assert!(rss > 0.1 && rss < 100_000.0, "{rss}");
-        assert!(status_field(me, "NoSuchKey:").is_nan());
+        assert!(proc_status_field(me, "NoSuchKey:").is_nan());
         let mut s = BTreeMap::new();
         s.insert(4, 3);
         s.insert(1, 2);

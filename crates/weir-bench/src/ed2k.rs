@@ -226,14 +226,10 @@ fn loadavg() -> String {
 
 /// Peak resident set of a live process in MiB (`VmHWM`), 0 when unknown.
 fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
+    match crate::common::proc_status_field(pid, "VmHWM:") {
+        kib if kib.is_nan() => 0.0,
+        kib => kib / 1024.0,
+    }
 }
 
 /// The 16 bytes of an ed2k link's file hash.

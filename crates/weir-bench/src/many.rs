@@ -36,6 +36,7 @@ use weir_daemon::client::RpcClient;
 use weir_lab::{Proc, TempDir};
 
 use crate::BenchConfig;
+use crate::common::proc_status_field;
 use crate::report::{Metric, Report};
 use crate::sayln;
 
@@ -97,17 +98,6 @@ fn make_set(dir: &Path, n: usize, file_len: usize) -> anyhow::Result<Set> {
         set.links.push(link.to_string());
     }
     Ok(set)
-}
-
-fn proc_status(pid: u32, key: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(f64::NAN)
 }
 
 struct Daemon {
@@ -235,8 +225,8 @@ fn restart_run(
     let mut d = start_daemon(cfg, work, ports.0, ports.1)?;
     let startup = rt.block_on(wait_seeding(&mut d, want, RESTART_LIMIT))?;
     let pid = d.proc.pid();
-    let rss = proc_status(pid, "VmRSS:") / 1024.0;
-    let threads = proc_status(pid, "Threads:");
+    let rss = proc_status_field(pid, "VmRSS:") / 1024.0;
+    let threads = proc_status_field(pid, "Threads:");
     // A leecher fetches the middle torrent.
     let k = set.torrents.len() / 2;
     let get_dir = work.subdir(&format!("get-{run}"))?;

@@ -333,10 +333,13 @@ async fn stalled_receiver_bounds_what_is_held() {
         sum.fwd.bytes_in, sum.fwd.bytes_out
     );
     // linkem held at most the queue, and stopped reading because the queue
-    // was full (not earlier).
+    // was full (not earlier). The figures are taken when the connection
+    // ends, not at the stall: meanwhile the writer may still hand bytes to
+    // a send buffer that grew (seen: 35 KB more than one chunk, 1 run in 8),
+    // so one more chunk of slack.
     assert!(held <= queue as u64, "held {held} B > queue");
     assert!(
-        held >= (queue - linkem::CHUNK) as u64,
+        held >= (queue - 2 * linkem::CHUNK) as u64,
         "held only {held} B: stopped reading before the queue was full"
     );
     // The rest sat in socket buffers: the client cannot have written less

@@ -352,6 +352,61 @@ async fn a_download_paused_by_a_full_disk_still_stops() {
     seed.stop("the seeder").await.unwrap();
 }
 
+/// The disk pool is shared by every transfer of the process: a download
+/// paused by its full disk must not hold up another one's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_one_download_does_not_hold_up_another() {
+    logs();
+    if !mounts::available(false).unwrap() {
+        return;
+    }
+    let src = TempDir::new("enospc-two-src").unwrap();
+    let big = payload(64 << 20, 26);
+    let small = payload(16 << 20, 27);
+    let big_meta = torrent(src.path(), "big.bin", &big, 256 << 10);
+    let small_meta = torrent(src.path(), "small.bin", &small, 256 << 10);
+    let big_seed = seeder(&big_meta, src.path()).await;
+    let small_seed = seeder(&small_meta, src.path()).await;
+    let fs = Tmpfs::mount(8 << 20).unwrap();
+    let mut full = leecher(
+        &big_meta,
+        &fs.path().join("dl"),
+        &big_seed,
+        no_space_check(),
+        0,
+    )
+    .await
+    .unwrap();
+    full.wait_for("the disk to fill", |t| t.disk_full.is_some())
+        .await;
+    let dst = TempDir::new("enospc-two-dst").unwrap();
+    let other = leecher(
+        &small_meta,
+        dst.path(),
+        &small_seed,
+        OpenOptions::download(),
+        0,
+    )
+    .await
+    .unwrap();
+    let t = other.finish("the download on the other disk").await;
+    assert!(t.complete_at.is_some());
+    assert!(std::fs::read(dst.path().join("small.bin")).unwrap() == small);
+    // The first one is still paused, and still stops.
+    let t = full.info();
+    assert!(
+        t.disk_full.is_some() && t.phase == Phase::Downloading,
+        "{t:?}"
+    );
+    let t = full
+        .stop("the download paused by its full disk")
+        .await
+        .unwrap();
+    assert!(t.complete_at.is_none());
+    big_seed.stop("a seeder").await.unwrap();
+    small_seed.stop("a seeder").await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_truncated_under_the_seeder_stops_being_offered() {
     logs();

@@ -1016,8 +1016,11 @@ impl Driver {
             })
             .collect();
         let _ = tokio::task::spawn_blocking(move || {
-            for d in stores {
-                d.close();
+            // Every close begins before any is waited for: the journals of
+            // a thousand transfers flush together, not one after another.
+            let closing: Vec<_> = stores.into_iter().map(DiskStorage::begin_close).collect();
+            for c in closing {
+                c.wait();
             }
         })
         .await;

@@ -59,7 +59,8 @@ pub struct EngineConfig {
     pub use_trackers: bool,
     /// Keep running when every transfer is done (seeding, the daemon).
     pub keep_running: bool,
-    /// Storage worker threads per transfer.
+    /// Threads hashing a transfer's data while it opens (a recheck); a
+    /// running transfer uses the process's one disk pool.
     pub storage_workers: usize,
     /// How often progress snapshots are published.
     pub report_every: Duration,

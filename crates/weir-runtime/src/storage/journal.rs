@@ -21,7 +21,6 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use weir_core::bitfield::Bitfield;
@@ -201,26 +200,27 @@ impl Appender {
         }
     }
 
-    /// Runs until every sender is gone, then flushes and closes cleanly.
-    pub(crate) fn run(mut self, rx: Receiver<Note>) {
-        loop {
-            let msg = match self.since {
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(t) => {
-                    rx.recv_timeout((t + SYNC_AFTER).saturating_duration_since(Instant::now()))
-                }
-            };
-            match msg {
-                Ok(n) => {
-                    self.note(n);
-                    if self.pending_bytes >= SYNC_BYTES {
-                        self.flush(false);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => self.flush(false),
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
+    /// When the verified pieces waiting must be flushed at the latest
+    /// (`None`: nothing waits).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.since.map(|t| t + SYNC_AFTER)
+    }
+
+    /// Takes one note; flushes at once when enough verified bytes wait.
+    pub(crate) fn handle(&mut self, n: Note) {
+        self.note(n);
+        if self.pending_bytes >= SYNC_BYTES {
+            self.flush(false);
         }
+    }
+
+    /// Flushes what waits (its deadline has come).
+    pub(crate) fn flush_now(&mut self) {
+        self.flush(false);
+    }
+
+    /// The transfer closes: a last flush, marked as a clean close.
+    pub(crate) fn close(mut self) {
         self.flush(true);
     }
 

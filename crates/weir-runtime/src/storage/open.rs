@@ -69,7 +69,8 @@ pub struct OpenOptions {
     pub journal: bool,
     /// The caller hashed every present file itself just now: trust them.
     pub verified_by_caller: bool,
-    /// Worker threads (hashing and disk I/O).
+    /// Threads hashing what is on disk while opening (a recheck); once
+    /// started, a transfer uses the process's disk pool.
     pub workers: usize,
 }
 
@@ -113,7 +114,6 @@ pub struct Opened {
     pub(super) digests: Option<Arc<[Digest]>>,
     pub(super) journal: Option<(std::fs::File, PathBuf)>,
     pub(super) lock: Option<DownloadLock>,
-    pub(super) workers: usize,
 }
 
 impl Opened {
@@ -412,7 +412,6 @@ pub fn open(
         digests,
         journal,
         lock,
-        workers: opts.workers.max(1),
     })
 }
 

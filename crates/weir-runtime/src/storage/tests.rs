@@ -526,3 +526,59 @@ fn read_ab(root: &Path) -> Vec<u8> {
     v.extend(fs::read(root.join("b.bin")).unwrap());
     v
 }
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|n| n.starts_with(prefix))
+        .count()
+}
+
+#[tokio::test]
+async fn many_transfers_share_one_pool_of_threads_and_close_durably() {
+    const N: usize = 48;
+    let dirs: Vec<Tmp> = (0..N).map(|i| Tmp::new(&format!("pool{i}"))).collect();
+    let data = data();
+    let mut running = Vec::new();
+    for t in &dirs {
+        let spec = spec(&t.0);
+        let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let s = opened.start(digests(&spec), &[], tx).unwrap();
+        running.push((s, rx, spec.geometry));
+    }
+    // Threads do not grow with transfers: the pool's workers, one writer,
+    // one journal thread, whatever else runs in this test process.
+    let width = pool::DiskPool::get().unwrap().width();
+    assert!((2..=8).contains(&width), "{width}");
+    assert_eq!(threads_named("weir-hash-"), width);
+    assert_eq!(threads_named("weir-write"), 1);
+    assert_eq!(threads_named("weir-journal"), 1);
+    for (s, _, g) in &running {
+        for p in 0..g.piece_count() {
+            submit_piece(s, g, &data, p, p == 3);
+        }
+    }
+    let mut closes = Vec::new();
+    for (s, mut rx, _) in running {
+        let v = verdicts(&mut rx, 4).await;
+        assert_eq!(
+            v.values().copied().collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        closes.push(s.begin_close());
+    }
+    for c in closes {
+        c.wait();
+    }
+    // Every journal was made durable by its close: each next run trusts
+    // its verified pieces and hashes nothing.
+    for t in &dirs {
+        let again = open(spec(&t.0), OpenOptions::download(), None).unwrap();
+        assert_eq!(again.had.iter_ones().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(again.check.count(), 0);
+        assert_eq!(read_tree(&t.0)[..98_304], data[..98_304]);
+    }
+}

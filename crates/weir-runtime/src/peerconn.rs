@@ -74,8 +74,21 @@ pub const WRITE_LINGER: Duration = Duration::from_secs(5);
 pub trait Decode: Send + 'static {
     /// A decoded message.
     type Msg: Send + 'static;
+    /// Why bytes do not decode (the protocol codec's own error).
+    type Error: std::error::Error + Send + 'static;
     /// `Ok(None)`: need more bytes. An error ends the connection.
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Msg>, String>;
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Msg>, Self::Error>;
+}
+
+/// Why a connection's reader stopped, other than the peer closing it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadFailure<E> {
+    /// The peer sent bytes its protocol's codec refused.
+    #[error("undecodable input: {0}")]
+    Decode(#[source] E),
+    /// The socket (or the stream under it) failed.
+    #[error("read: {0}")]
+    Io(#[source] std::io::Error),
 }
 
 /// The read side of a connection, as the [`reader`] sees it: bytes, and a
@@ -100,9 +113,10 @@ impl PeerRead for OwnedReadHalf {
 /// in-memory pipe): nothing to do after a read.
 impl<S: AsyncRead + AsyncWrite + Send + 'static> PeerRead for tokio::io::ReadHalf<S> {}
 
-/// What a connection's tasks report to their driver.
+/// What a connection's tasks report to their driver. `E` is the decoder's
+/// error ([`Decode::Error`]); a connection that only writes never has one.
 #[derive(Debug)]
-pub enum ConnEvent<M> {
+pub enum ConnEvent<M, E = std::convert::Infallible> {
     /// Messages decoded from one read, in order.
     Messages {
         /// The connection.
@@ -118,7 +132,7 @@ pub enum ConnEvent<M> {
         /// The connection.
         conn: u32,
         /// Why.
-        reason: String,
+        error: ReadFailure<E>,
     },
     /// The peer closed the connection.
     Closed {
@@ -240,9 +254,9 @@ pub async fn reader<R, D, T>(
 ) where
     R: PeerRead,
     D: Decode,
-    T: From<ConnEvent<D::Msg>>,
+    T: From<ConnEvent<D::Msg, D::Error>>,
 {
-    let failed = |reason: String| ConnEvent::ReadError { conn, reason }.into();
+    let failed = |error: ReadFailure<D::Error>| ConnEvent::ReadError { conn, error }.into();
     let credits = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     let credit = || {
         let c = credits.clone();
@@ -271,7 +285,7 @@ pub async fn reader<R, D, T>(
                             .send(ConnEvent::Messages { conn, msgs, credit }.into())
                             .await;
                     }
-                    let _ = tx.send(failed(e)).await;
+                    let _ = tx.send(failed(ReadFailure::Decode(e))).await;
                     return;
                 }
             }
@@ -299,7 +313,7 @@ pub async fn reader<R, D, T>(
             Ok(n) => n,
             Err(e) => {
                 down.refund(grant);
-                let _ = tx.send(failed(e.to_string())).await;
+                let _ = tx.send(failed(ReadFailure::Io(e))).await;
                 return;
             }
         };
@@ -327,14 +341,14 @@ struct Unit {
 /// ahead of block runs that are waiting for tokens (messages are never
 /// split). Ends, after flushing, when the driver drops its sender; hand
 /// its task to [`linger`] then, so the flush is bounded in time.
-pub async fn writer<M, T>(
+pub async fn writer<M, E, T>(
     conn: u32,
     mut wr: impl AsyncWrite + Unpin,
     rx: WriteRx,
     up: Limiter,
     tx: mpsc::Sender<T>,
 ) where
-    T: From<ConnEvent<M>>,
+    T: From<ConnEvent<M, E>>,
 {
     let WriteRx { mut rx, queued } = rx;
     let mut queue: VecDeque<Unit> = VecDeque::new();

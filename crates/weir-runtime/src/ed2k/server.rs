@@ -168,13 +168,11 @@ async fn serve(
     );
     // The writer reports its writes and its end here.
     let (ev_tx, mut ev_rx) = mpsc::channel::<ConnEvent<()>>(64);
-    let writer = tokio::spawn(peerconn::writer::<(), ConnEvent<()>>(
-        0,
-        wr,
-        wrx,
-        Limiter::unlimited(),
-        ev_tx,
-    ));
+    let writer = tokio::spawn(peerconn::writer::<
+        (),
+        std::convert::Infallible,
+        ConnEvent<()>,
+    >(0, wr, wrx, Limiter::unlimited(), ev_tx));
     let mut dec = Decoder::new(Limits::SERVER);
     // Control traffic only: 64 KiB reads are plenty.
     let mut buf = BytesMut::with_capacity(64 << 10);

@@ -19,7 +19,7 @@ use weir_session::{
 };
 
 use super::trackers::{Announcer, Standing};
-use super::wire::{self, BtDecoder, Ed2kDecoder, Wire};
+use super::wire::{self, BtDecoder, Ed2kDecoder, Wire, WireError};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
 use crate::bandwidth::SharedBucket;
 use crate::peerconn::{self, ConnEvent, Outgoing, QueueError, WriteQueue};
@@ -67,7 +67,7 @@ pub(crate) enum Msg {
         conn: ConnId,
         error: String,
     },
-    Conn(ConnEvent<Wire>),
+    Conn(ConnEvent<Wire, WireError>),
     Opened {
         pending: Box<Pending>,
         result: Result<Opened, storage::OpenError>,
@@ -85,8 +85,8 @@ pub(crate) enum Msg {
     Command(Command),
 }
 
-impl From<ConnEvent<Wire>> for Msg {
-    fn from(e: ConnEvent<Wire>) -> Self {
+impl From<ConnEvent<Wire, WireError>> for Msg {
+    fn from(e: ConnEvent<Wire, WireError>) -> Self {
         Msg::Conn(e)
     }
 }
@@ -434,7 +434,7 @@ impl Driver {
                 self.data_tx.clone(),
             )),
         };
-        let writer_task = tokio::spawn(peerconn::writer::<Wire, Msg>(
+        let writer_task = tokio::spawn(peerconn::writer::<Wire, WireError, Msg>(
             conn,
             wr,
             wrx,
@@ -452,7 +452,7 @@ impl Driver {
         );
     }
 
-    fn on_conn_event(&mut self, ev: ConnEvent<Wire>, now: Instant) {
+    fn on_conn_event(&mut self, ev: ConnEvent<Wire, WireError>, now: Instant) {
         match ev {
             ConnEvent::Messages { conn, msgs, .. } => {
                 let Some(c) = self.conns.get(&conn) else {
@@ -481,10 +481,10 @@ impl Driver {
                     }
                 }
             }
-            ConnEvent::ReadError { conn, reason } => {
-                tracing::debug!("connection {conn}: {reason}; closed");
+            ConnEvent::ReadError { conn, error } => {
+                tracing::debug!("connection {conn}: {error}; closed");
                 self.drop_conn(conn, false);
-                self.session.closed(conn, Some(reason), now);
+                self.session.closed(conn, Some(error.to_string()), now);
             }
             ConnEvent::Closed { conn } => {
                 self.drop_conn(conn, false);

@@ -25,16 +25,26 @@ pub(crate) enum Wire {
     Ed2k(Packet),
 }
 
+/// Why a connection's bytes did not decode, whatever the protocol.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    /// A BitTorrent peer's message.
+    #[error(transparent)]
+    Bt(#[from] wire::WireError),
+    /// An eD2k peer's or server's packet.
+    #[error(transparent)]
+    Ed2k(#[from] weir_ed2k::packet::PacketError),
+}
+
 /// The peer-wire codec as the shared reader's decoder.
 pub(crate) struct BtDecoder(pub(crate) BtLimits);
 
 impl Decode for BtDecoder {
     type Msg = Wire;
+    type Error = WireError;
 
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Wire>, String> {
-        wire::decode(buf, &self.0)
-            .map(|m| m.map(Wire::Bt))
-            .map_err(|e| e.to_string())
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Wire>, WireError> {
+        Ok(wire::decode(buf, &self.0)?.map(Wire::Bt))
     }
 }
 
@@ -53,12 +63,10 @@ impl Ed2kDecoder {
 
 impl Decode for Ed2kDecoder {
     type Msg = Wire;
+    type Error = WireError;
 
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Wire>, String> {
-        self.0
-            .decode(buf)
-            .map(|p| p.map(Wire::Ed2k))
-            .map_err(|e| e.to_string())
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Wire>, WireError> {
+        Ok(self.0.decode(buf)?.map(Wire::Ed2k))
     }
 }
 

@@ -14,16 +14,22 @@ use crate::bandwidth::{Limiter, bucket};
 /// `<len u32><payload>` frames.
 struct Frames;
 
+/// A frame longer than the test codec takes.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("frame of {0} bytes")]
+struct TooLong(usize);
+
 impl Decode for Frames {
     type Msg = Bytes;
+    type Error = TooLong;
 
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, TooLong> {
         if buf.len() < 4 {
             return Ok(None);
         }
         let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
         if len > 1 << 20 {
-            return Err(format!("frame of {len} bytes"));
+            return Err(TooLong(len));
         }
         if buf.len() < 4 + len {
             return Ok(None);
@@ -47,7 +53,7 @@ async fn pair() -> (TcpStream, TcpStream) {
     (a.unwrap(), b.unwrap().0)
 }
 
-type Ev = ConnEvent<Bytes>;
+type Ev = ConnEvent<Bytes, TooLong>;
 
 fn control(data: &[u8]) -> Outgoing {
     Outgoing {
@@ -68,7 +74,13 @@ async fn the_writer_sends_everything_queued_in_one_vectored_write() {
         q.send(control(&[i; 10])).unwrap();
     }
     assert_eq!(q.queued(), 1000);
-    tokio::spawn(writer::<Bytes, Ev>(7, wr, rx, Limiter::unlimited(), tx));
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(
+        7,
+        wr,
+        rx,
+        Limiter::unlimited(),
+        tx,
+    ));
     let mut got = vec![0u8; 1000];
     theirs.read_exact(&mut got).await.unwrap();
     let want: Vec<u8> = (0..100u8).flat_map(|i| [i; 10]).collect();
@@ -147,7 +159,17 @@ async fn a_read_error_is_reported_after_the_messages_before_it() {
     assert!(
         matches!(&seen[0], ConnEvent::Messages { msgs, .. } if msgs[..] == [Bytes::from_static(b"ok")])
     );
-    assert!(matches!(&seen[1], ConnEvent::ReadError { reason, .. } if reason.contains("frame of")));
+    assert!(
+        matches!(
+            &seen[1],
+            ConnEvent::ReadError {
+                error: ReadFailure::Decode(TooLong(n)),
+                ..
+            } if *n == u32::MAX as usize
+        ),
+        "{:?}",
+        seen[1]
+    );
     assert_eq!(seen.len(), 2);
 }
 
@@ -159,7 +181,7 @@ async fn control_goes_ahead_of_blocks_waiting_for_the_upload_cap() {
     let (tx, _ev) = mpsc::channel::<Ev>(4096);
     const BLOCK: usize = 200 * 1024;
     let up = Limiter::new(vec![bucket(1_000_000)]);
-    tokio::spawn(writer::<Bytes, Ev>(1, wr, rx, up, tx));
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(1, wr, rx, up, tx));
     let start = tokio::time::Instant::now();
     q.send(Outgoing {
         data: vec![Bytes::from(vec![0xAB; BLOCK])],
@@ -195,7 +217,13 @@ async fn the_queue_refuses_more_once_a_peer_that_does_not_read_is_past_the_bound
     const LIMIT: u64 = 1 << 20;
     let (q, rx) = write_queue(LIMIT);
     let (tx, mut ev) = mpsc::channel::<Ev>(1 << 16);
-    tokio::spawn(writer::<Bytes, Ev>(1, wr, rx, Limiter::unlimited(), tx));
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(
+        1,
+        wr,
+        rx,
+        Limiter::unlimited(),
+        tx,
+    ));
     // The peer reads nothing: what the kernel buffers take, then the
     // bound, then refusals.
     let chunk = Bytes::from(vec![1u8; 64 * 1024]);
@@ -249,7 +277,13 @@ async fn a_closed_writer_refuses_with_closed() {
     drop(theirs);
     let (q, rx) = write_queue(1 << 20);
     let (tx, mut ev) = mpsc::channel::<Ev>(16);
-    tokio::spawn(writer::<Bytes, Ev>(1, wr, rx, Limiter::unlimited(), tx));
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(
+        1,
+        wr,
+        rx,
+        Limiter::unlimited(),
+        tx,
+    ));
     // Writes to a reset connection fail; the writer reports Closed and ends.
     let closed = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -344,7 +378,13 @@ async fn a_writer_let_go_of_flushes_for_at_most_the_linger_time() {
         })
         .unwrap();
     }
-    let task = tokio::spawn(writer::<Bytes, Ev>(1, wr, rx, Limiter::unlimited(), tx));
+    let task = tokio::spawn(writer::<Bytes, TooLong, Ev>(
+        1,
+        wr,
+        rx,
+        Limiter::unlimited(),
+        tx,
+    ));
     tokio::task::yield_now().await;
     let start = tokio::time::Instant::now();
     drop(q);
@@ -383,7 +423,13 @@ async fn both_tasks_run_over_any_split_stream() {
         tx.clone(),
     ));
     let (q, wrx) = write_queue(1 << 20);
-    tokio::spawn(writer::<Bytes, Ev>(5, wr, wrx, Limiter::unlimited(), tx));
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(
+        5,
+        wr,
+        wrx,
+        Limiter::unlimited(),
+        tx,
+    ));
     q.send(Outgoing {
         data: vec![frame(b"to them"), frame(b"and more")],
         payload: 0,

@@ -121,6 +121,12 @@ enum Store {
     Running(DiskStorage),
 }
 
+/// Storage openings (journal reads, a recheck's hashing) that run at once
+/// on blocking threads: a daemon restarting with 1,000 transfers opened
+/// them all together and tokio started 512 threads for it; more than a
+/// few at once only makes the disk seek.
+const OPENS_AT_ONCE: usize = 4;
+
 struct Driver {
     cfg: EngineConfig,
     session: Session,
@@ -146,6 +152,8 @@ struct Driver {
     stopping: bool,
     /// Transfers whose storage is being opened (not in the session yet).
     opening: usize,
+    /// Storage openings running at once ([`OPENS_AT_ONCE`]).
+    open_slots: Arc<tokio::sync::Semaphore>,
     /// Each transfer's own (download, upload) buckets, made with its
     /// first connection (unlimited until capped: no refill task).
     transfer_caps: HashMap<TransferId, (Arc<SharedBucket>, Arc<SharedBucket>)>,
@@ -192,6 +200,7 @@ pub(super) fn spawn(
         listeners,
         stopping: false,
         opening: 0,
+        open_slots: Arc::new(tokio::sync::Semaphore::new(OPENS_AT_ONCE)),
         transfer_caps: HashMap::new(),
     };
     if driver.cfg.accept_at_start {
@@ -829,15 +838,21 @@ impl Driver {
     ) {
         let tx = self.tx.clone();
         self.opening += 1;
+        let slots = self.open_slots.clone();
         tokio::spawn(async move {
-            let result = tokio::task::spawn_blocking(move || storage::open(spec, opts, derive))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(storage::OpenError::Io {
-                        path: std::path::PathBuf::new(),
-                        source: std::io::Error::other(e.to_string()),
-                    })
-                });
+            // Never closed: it lives as long as the driver.
+            let slot = slots.acquire_owned().await.ok();
+            let result = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                storage::open(spec, opts, derive)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(storage::OpenError::Io {
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other(e.to_string()),
+                })
+            });
             let _ = tx
                 .send(Msg::Opened {
                     pending: Box::new(pending),

@@ -18,6 +18,7 @@ pub mod killsuite;
 pub mod many;
 pub mod multi;
 pub mod ramp;
+pub mod recheck;
 pub mod report;
 pub mod rtt;
 pub mod zmodem;
@@ -42,7 +43,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 11] = [
     "bt-single",
     "ramp",
     "cap",
@@ -53,6 +54,7 @@ pub const SCENARIOS: [&str; 10] = [
     "killsuite",
     "multi",
     "many",
+    "recheck",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -68,6 +70,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "killsuite" => killsuite::run(cfg),
         "multi" => multi::run(cfg),
         "many" => many::run(cfg),
+        "recheck" => recheck::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -78,6 +78,9 @@ struct Measured {
 /// The server process's figures, NaN where not known.
 struct Usage {
     rss_mib: f64,
+    /// RSS the transfers added, per transfer (KiB): RSS after the gets less
+    /// RSS before the adds, over the number added.
+    kib_per_transfer: f64,
     peak_rss_mib: f64,
     cpu_s: f64,
     threads: f64,
@@ -304,15 +307,18 @@ fn run_process(
     gets: usize,
 ) -> anyhow::Result<(Measured, Usage)> {
     let cpu0 = weir_lab::process::tree_cpu_s(p.pid());
+    let rss0 = rss_mib(p.pid());
     let m = ns.try_run_in(|| -> anyhow::Result<Measured> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         rt.block_on(measure(SocketAddr::V4(addr), torrents, gets))
     })?;
+    let rss = rss_mib(p.pid());
     let usage = Usage {
         cpu_s: weir_lab::process::tree_cpu_s(p.pid()) - cpu0,
-        rss_mib: rss_mib(p.pid()),
+        rss_mib: rss,
+        kib_per_transfer: (rss - rss0) * 1024.0 / torrents.len().max(1) as f64,
         peak_rss_mib: proc_status_field(p.pid(), "VmHWM:") / 1024.0,
         threads: proc_status_field(p.pid(), "Threads:"),
     };
@@ -385,6 +391,7 @@ fn run_fake(
         let usage = Usage {
             cpu_s: threads_cpu_s(&tids_now()) - cpu0,
             rss_mib: rss_mib(std::process::id()) - rss0,
+            kib_per_transfer: f64::NAN,
             peak_rss_mib: f64::NAN,
             threads: f64::NAN,
         };
@@ -393,13 +400,14 @@ fn run_fake(
     })?
 }
 
-fn row(m: &Measured, u: &Usage) -> [f64; 8] {
+fn row(m: &Measured, u: &Usage) -> [f64; 9] {
     [
         m.add_s,
         median(&m.get_ms),
         p90(&m.get_ms),
         m.answer_bytes as f64 / 1024.0,
         u.rss_mib,
+        u.kib_per_transfer,
         u.peak_rss_mib,
         u.cpu_s,
         u.threads,
@@ -431,6 +439,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             Metric::new("get ms (p90)", 2),
             Metric::new("answer KiB", 0),
             Metric::new("RSS MiB", 1),
+            Metric::new("KiB/transfer", 1),
             Metric::new("peak RSS MiB", 1),
             Metric::new("server CPU s", 2),
             Metric::new("threads", 0),
@@ -480,7 +489,8 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     ));
     rep.note(
         "transmission-daemon and weir daemon rows: separate processes in one namespace holding \
-         only lo; RSS is VmRSS after the gets, peak RSS VmHWM, CPU utime+stime over the adds \
+         only lo; RSS is VmRSS after the gets, KiB/transfer that less VmRSS before the adds, \
+         over the transfers added (each idle: no peer, no data), peak RSS VmHWM, CPU utime+stime over the adds \
          and gets, threads from /proc/<pid>/status; synthetic torrents with no data on disk \
          and no tracker (weir: --no-dht --no-trackers)",
     );

@@ -14,12 +14,14 @@ pub mod chart;
 pub mod common;
 pub mod daemon;
 pub mod ed2k;
+pub mod hostile;
 pub mod killsuite;
 pub mod many;
 pub mod multi;
 pub mod ramp;
 pub mod report;
 pub mod rtt;
+pub mod tracker;
 pub mod zmodem;
 
 pub use common::BenchConfig;
@@ -42,7 +44,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 11] = [
     "bt-single",
     "ramp",
     "cap",
@@ -53,6 +55,7 @@ pub const SCENARIOS: [&str; 10] = [
     "killsuite",
     "multi",
     "many",
+    "hostile",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -68,6 +71,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "killsuite" => killsuite::run(cfg),
         "multi" => multi::run(cfg),
         "many" => many::run(cfg),
+        "hostile" => hostile::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -2,7 +2,9 @@
 //! a download from a local seeder through a rate-capped link emulator,
 //! killed with SIGKILL at 20 seeded-random moments and restarted each time,
 //! ends byte-identical having pulled at most 1.02x the file in all (the
-//! link counts what it delivered), for BitTorrent and for eD2k.
+//! link counts what it delivered), for BitTorrent and for eD2k, and for
+//! `weir daemon` (given the torrent once over RPC, restarted on the same
+//! `--state` after each kill).
 //!
 //! What a kill costs is what was in flight: the packet arriving (eD2k: a
 //! weir seeder sends 180 KiB per packet), data read and not yet written.
@@ -70,4 +72,9 @@ fn bittorrent_survives_20_kills() {
 #[test]
 fn ed2k_survives_20_kills() {
     suite(Protocol::Ed2k, 256 << 20, 0x6b2);
+}
+
+#[test]
+fn the_daemon_survives_20_kills() {
+    suite(Protocol::Daemon, 128 << 20, 0x6b3);
 }

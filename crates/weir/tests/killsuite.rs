@@ -10,7 +10,10 @@
 //! weir seeder sends 180 KiB per packet), data read and not yet written.
 //! That is a fixed amount per kill (~50-200 KB here), so the sizes are
 //! chosen for the 1.02x to measure weir rather than that floor: 128 MiB
-//! for BitTorrent, 256 MiB for eD2k. The suites run one at a time.
+//! for BitTorrent, 256 MiB for eD2k and the daemon (at 128 MiB the daemon
+//! lost 90-234 kB per kill here and passed 1.02x in 2 of 4 runs: a
+//! restart also costs the announce and the dial). The suites run one at
+//! a time.
 //!
 //! It fails if resume after a kill breaks: every restart would fetch again
 //! what the killed runs had (at 20 kills, far over 1.02x); and if
@@ -76,5 +79,5 @@ fn ed2k_survives_20_kills() {
 
 #[test]
 fn the_daemon_survives_20_kills() {
-    suite(Protocol::Daemon, 128 << 20, 0x6b3);
+    suite(Protocol::Daemon, 256 << 20, 0x6b3);
 }

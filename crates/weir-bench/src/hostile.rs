@@ -220,12 +220,32 @@ impl Options {
 pub struct Measured {
     /// The target's resident sizes.
     pub rss: RssSummary,
-    /// The honest leecher's rate, bytes/s.
+    /// The honest leecher's rate, bytes/s (0 when it did not finish).
     pub rate: f64,
     /// The honest leecher's time, start to exit.
     pub elapsed: Duration,
+    /// Why the honest leecher did not finish, if it did not.
+    pub leecher_failed: Option<String>,
     /// What the flood did: `(sent bytes, connections, dropped, events)`.
     pub flood: (u64, u64, u64, u64),
+}
+
+impl Measured {
+    /// A run of a `size`-byte download that took `leeched` (or did not
+    /// finish, for the reason given); the flood's figures are added later.
+    fn new(rss: RssSummary, size: u64, leeched: Result<Duration, String>) -> Self {
+        let (rate, elapsed, leecher_failed) = match leeched {
+            Ok(d) => (size as f64 / d.as_secs_f64(), d, None),
+            Err(why) => (0.0, Duration::ZERO, Some(why)),
+        };
+        Self {
+            rss,
+            rate,
+            elapsed,
+            leecher_failed,
+            flood: (0, 0, 0, 0),
+        }
+    }
 }
 
 /// Samples a process's memory every 10 ms on a thread of its own.
@@ -439,14 +459,36 @@ impl Env {
         self.spawn("get", &mut c)
     }
 
-    /// Waits for the honest leecher; its time. The file is checked.
-    fn finish_leecher(&self, p: &mut Proc) -> anyhow::Result<Duration> {
-        let limit =
-            Duration::from_secs_f64(self.opts.size as f64 / self.opts.rate as f64 * 10.0 + 60.0);
+    /// Waits for the honest leecher: its time, or why it did not finish
+    /// (it failed, or was killed at 3x its expected time + 20 s). A
+    /// finished download is checked against the source.
+    fn finish_leecher(&self, p: &mut Proc) -> anyhow::Result<Result<Duration, String>> {
+        let expected = self.opts.size as f64 / self.opts.rate as f64;
+        let limit = Duration::from_secs_f64(expected * 3.0 + 20.0);
+        let tail = |p: &Proc| {
+            p.log_tail(3)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        };
         match p.wait_timeout(limit)? {
             Some((st, _)) if st.success() => {}
-            Some(_) => return Err(p.failure("the honest leecher failed")),
-            None => return Err(p.failure("the honest leecher did not finish in time")),
+            Some((st, _)) => {
+                return Ok(Err(format!(
+                    "the honest leecher failed ({st}): {}",
+                    tail(p)
+                )));
+            }
+            None => {
+                let _ = p.kill_tree();
+                return Ok(Err(format!(
+                    "the honest leecher did not finish in {:.0} s: {}",
+                    limit.as_secs_f64(),
+                    tail(p)
+                )));
+            }
         }
         let elapsed = p.started().elapsed();
         let dl = self
@@ -455,7 +497,7 @@ impl Env {
         weir_lab::payload::files_equal(&self.w().join("src/payload.bin"), &dl)
             .context("the honest leecher's file")?;
         let _ = std::fs::remove_file(dl);
-        Ok(elapsed)
+        Ok(Ok(elapsed))
     }
 
     /// One row: `flood` (none: the baseline) against `target`.
@@ -613,21 +655,16 @@ impl Env {
             Some(Flood::BtUnrequested | Flood::Tracker) => bail!("a flood against a downloader"),
         }
         let mut leech = self.leecher(&leech_args)?;
-        let elapsed = self.finish_leecher(&mut leech);
+        let leeched = self.finish_leecher(&mut leech);
         let end = sampler.now();
         // The flood ends; weir gets `settle` to free what it held.
         drop(entered);
-        let elapsed = elapsed?;
         let _ = stop_tx.send(true);
+        let leeched = leeched?;
         std::thread::sleep(o.settle);
         let samples = sampler.finish();
         let rss = eval::summarize(&samples, start, end).context("no samples")?;
-        Ok(Measured {
-            rss,
-            rate: o.size as f64 / elapsed.as_secs_f64(),
-            elapsed,
-            flood: (0, 0, 0, 0),
-        })
+        Ok(Measured::new(rss, o.size, leeched))
     }
 
     /// A flood against the downloader: the measured process is the honest
@@ -665,23 +702,22 @@ impl Env {
         let announces = self.tracker.announces();
         let mut leech = self.leecher(&args)?;
         let sampler = Sampler::start(leech.pid());
-        let elapsed = self.finish_leecher(&mut leech);
+        // "before": once it is up (listening), before it has dialled.
+        let err = leech.stderr_log().context("logged")?.to_path_buf();
+        let up = log_line(&mut leech, &err, "listening on ", Duration::from_secs(30));
+        let start = sampler.now();
+        let leeched = up.and_then(|_| self.finish_leecher(&mut leech));
         let end = sampler.now();
         let _ = stop_tx.send(true);
         let samples = sampler.finish();
-        let elapsed = elapsed?;
-        let rss = eval::summarize(&samples, 0.0, end).context("no samples")?;
+        let leeched = leeched?;
+        let rss = eval::summarize(&samples, start, end).context("no samples")?;
         if flood == Some(Flood::Tracker) {
             stats
                 .events
                 .fetch_add(self.tracker.announces() - announces, Ordering::Relaxed);
         }
-        Ok(Measured {
-            rss,
-            rate: self.opts.size as f64 / elapsed.as_secs_f64(),
-            elapsed,
-            flood: (0, 0, 0, 0),
-        })
+        Ok(Measured::new(rss, self.opts.size, leeched))
     }
 }
 
@@ -743,6 +779,9 @@ pub fn measure(opts: &Options, floods: &[Flood], runs: usize) -> anyhow::Result<
                         m.flood.2,
                         m.flood.3
                     );
+                    if let Some(why) = &m.leecher_failed {
+                        sayln!("  (the honest leecher: {why})");
+                    }
                     row.runs.push(m);
                 }
                 Err(e) => {
@@ -862,6 +901,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         }
         for e in &r.failures {
             rep.add_failure(&labels, e);
+        }
+        for (k, m) in r.runs.iter().enumerate() {
+            if let Some(why) = &m.leecher_failed {
+                rep.note(&format!("{} run {}: {why}", labels[0], k + 1));
+            }
         }
     }
     for (f, v) in verdicts(&rows) {

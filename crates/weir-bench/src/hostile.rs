@@ -36,7 +36,10 @@
 //!
 //! `--set` keys: `floods=a,b,...` (default all), `rate=16MB/s` (the honest
 //! leecher's cap), `settle=2` (seconds), `conns=1000`, `half-open=200`,
-//! `callbacks=20000`, `tracker-peers=174762`. `--size-mib` (default 64).
+//! `callbacks=20000`, `tracker-peers=174762`, `malloc-arena-max=N` (run
+//! every weir process with `MALLOC_ARENA_MAX=N`: what of a flood's
+//! leftovers is freed memory kept by glibc's per-thread arenas).
+//! `--size-mib` (default 64).
 
 pub mod eval;
 pub mod floods;
@@ -70,6 +73,7 @@ pub const KEYS: &[&str] = &[
     "half-open",
     "callbacks",
     "tracker-peers",
+    "malloc-arena-max",
 ];
 
 /// A flood of issue 8.
@@ -196,6 +200,10 @@ pub struct Options {
     pub callbacks: u64,
     /// Peers in the tracker's answer.
     pub tracker_peers: u32,
+    /// `MALLOC_ARENA_MAX` for every weir process (`None`: glibc's
+    /// default, 8 per core): shows how much of what a flood leaves behind
+    /// is freed memory the allocator's per-thread arenas keep.
+    pub malloc_arena_max: Option<u32>,
 }
 
 impl Options {
@@ -211,6 +219,7 @@ impl Options {
             callbacks: 20_000,
             // 6 bytes each: 1 MiB of compact peers.
             tracker_peers: (1 << 20) / 6,
+            malloc_arena_max: None,
         }
     }
 }
@@ -404,6 +413,9 @@ impl Env {
             .env("RUST_LOG", "warn,weir=info")
             .args(["--allow", BENCH_ALLOW])
             .current_dir(self.w());
+        if let Some(n) = self.opts.malloc_arena_max {
+            c.env("MALLOC_ARENA_MAX", n.to_string());
+        }
         c
     }
 
@@ -836,6 +848,10 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     o.half_open = cfg.get_or("half-open", o.half_open)?;
     o.callbacks = cfg.get_or("callbacks", o.callbacks)?;
     o.tracker_peers = cfg.get_or("tracker-peers", o.tracker_peers)?;
+    o.malloc_arena_max = cfg
+        .get("malloc-arena-max")
+        .map(|v| v.parse().with_context(|| format!("--set malloc-arena-max={v}")))
+        .transpose()?;
     let floods: Vec<Flood> = match cfg.get("floods") {
         None => Flood::ALL.to_vec(),
         Some(list) => list
@@ -911,6 +927,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     for (f, v) in verdicts(&rows) {
         rep.note(&v.line(f.name()));
     }
+    if let Some(n) = o.malloc_arena_max {
+        rep.note(&format!("every weir process ran with MALLOC_ARENA_MAX={n}"));
+    }
     rep.note(&format!(
         "{} MiB file; honest leecher capped at {:.1} MB/s (--max-down); RSS sampled every 10 ms (and VmHWM, reset at the flood's start); after = {:.1} s after the flood; added = peak - peak of the run without a flood on the same target (medians over runs); downloader targets: before = first sample, after = at completion",
         o.size >> 20,
@@ -921,4 +940,101 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let (json, md) = rep.write()?;
     sayln!("wrote {} and {}", json.display(), md.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flood_names_round_trip_and_aim() {
+        for f in Flood::ALL {
+            assert_eq!(Flood::parse(f.name()), Some(f));
+        }
+        assert_eq!(Flood::parse(" half-open "), Some(Flood::HalfOpen));
+        assert_eq!(Flood::parse("nope"), None);
+        assert_eq!(Flood::ManyPeers.max_added_mib(), MAX_ADDED_MANY_MIB);
+        assert_eq!(Flood::NeverReads.max_added_mib(), MAX_ADDED_ONE_MIB);
+        assert_eq!(Flood::Tracker.target(), Target::BtGet);
+        assert_eq!(Flood::ServerSources.target(), Target::Ed2kServer);
+        assert_eq!(Flood::Callbacks.target(), Target::Ed2kSeed);
+    }
+
+    #[test]
+    fn links_and_listen_lines() {
+        let (base, addr) =
+            split_link("ed2k://|file|payload.bin|100|0123456789ABCDEF0123456789ABCDEF|sources,127.0.0.1:4662|/")
+                .unwrap();
+        assert_eq!(
+            base,
+            "ed2k://|file|payload.bin|100|0123456789ABCDEF0123456789ABCDEF|/"
+        );
+        assert_eq!(addr, "127.0.0.1:4662".parse().unwrap());
+        assert!(split_link("ed2k://|file|x|1|00|/").is_err());
+        let a = listening_addr("2026-12-01T20:00:00Z INFO BitTorrent: listening on 127.0.0.1:6881")
+            .unwrap();
+        assert_eq!(a, "127.0.0.1:6881".parse().unwrap());
+        assert!(listening_addr("listening on nowhere").is_err());
+    }
+
+    fn run(peak: f64, rate: f64) -> Measured {
+        Measured::new(
+            RssSummary {
+                before: 10.0,
+                peak,
+                after: 12.0,
+            },
+            16 << 20,
+            if rate > 0.0 {
+                Ok(Duration::from_secs_f64((16 << 20) as f64 / rate))
+            } else {
+                Err("did not finish".into())
+            },
+        )
+    }
+
+    #[test]
+    fn verdicts_use_the_baseline_of_the_same_target() {
+        let row = |flood, target, runs| RowRuns {
+            flood,
+            target,
+            runs,
+            failures: Vec::new(),
+        };
+        let rows = vec![
+            row(
+                None,
+                Target::BtSeed,
+                vec![run(20.0, 16e6), run(22.0, 15e6), run(21.0, 16e6)],
+            ),
+            row(None, Target::Ed2kSeed, vec![run(40.0, 10e6)]),
+            row(
+                Some(Flood::BtChokedRequests),
+                Target::BtSeed,
+                vec![run(23.0, 15e6), run(30.0, 15e6), run(24.0, 14e6)],
+            ),
+            row(
+                Some(Flood::Ed2kBeforeHello),
+                Target::Ed2kSeed,
+                vec![run(41.0, 0.0)],
+            ),
+        ];
+        let v = verdicts(&rows);
+        assert_eq!(v.len(), 2);
+        let (f, bt) = &v[0];
+        assert_eq!(*f, Flood::BtChokedRequests);
+        // Medians: peak 24 over 21; rate 15 over 16 MB/s.
+        assert!((bt.added_mib - 3.0).abs() < 1e-9, "{bt:?}");
+        assert!(bt.memory_met());
+        assert!((bt.rate_kept.unwrap() - 15.0 / 16.0).abs() < 1e-3, "{bt:?}");
+        let (_, ed) = &v[1];
+        assert!((ed.added_mib - 1.0).abs() < 1e-9);
+        // The leecher did not finish: 0% kept, not met.
+        assert_eq!(ed.rate_kept, Some(0.0));
+        assert_eq!(ed.rate_met(), Some(false));
+        assert_eq!(
+            rows[3].runs[0].leecher_failed.as_deref(),
+            Some("did not finish")
+        );
+    }
 }

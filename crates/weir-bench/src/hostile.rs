@@ -25,8 +25,8 @@
 //! For a flood against a downloader (`bt-unrequested`, `tracker-1mib`) the
 //! measured process is that `weir get` (from the honest seeder and the
 //! hostile peer or tracker at once), and the honest rate is its own: its
-//! "before" is its first sample, its "after" its last (it exits when
-//! complete). For `server-sources` the honest leecher finds the honest
+//! "before" is its first sample once it listens (before it dials), its
+//! "after" its last (it exits when complete). For `server-sources` the honest leecher finds the honest
 //! seeder through the flooded server. "added" is the flood's peak over
 //! the peak of the run without a flood on the same target (the honest
 //! transfer costs memory too).
@@ -721,7 +721,10 @@ impl Env {
         let leeched = up.and_then(|_| self.finish_leecher(&mut leech));
         let end = sampler.now();
         let _ = stop_tx.send(true);
-        let samples = sampler.finish();
+        // Its memory from the moment it is up (the samples before are of
+        // a process still exec'ing: 4 KiB).
+        let mut samples = sampler.finish();
+        samples.retain(|s| s.t >= start);
         let leeched = leeched?;
         let rss = eval::summarize(&samples, start, end).context("no samples")?;
         if flood == Some(Flood::Tracker) {
@@ -931,7 +934,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         rep.note(&format!("every weir process ran with MALLOC_ARENA_MAX={n}"));
     }
     rep.note(&format!(
-        "{} MiB file; honest leecher capped at {:.1} MB/s (--max-down); RSS sampled every 10 ms (and VmHWM, reset at the flood's start); after = {:.1} s after the flood; added = peak - peak of the run without a flood on the same target (medians over runs); downloader targets: before = first sample, after = at completion",
+        "{} MiB file; honest leecher capped at {:.1} MB/s (--max-down); RSS sampled every 10 ms (and VmHWM, reset at the flood's start); after = {:.1} s after the flood; added = peak - peak of the run without a flood on the same target (medians over runs); downloader targets: before = once it listens, after = at completion",
         o.size >> 20,
         o.rate as f64 / 1e6,
         o.settle.as_secs_f64()

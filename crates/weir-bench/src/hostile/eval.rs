@@ -42,8 +42,9 @@ pub struct RssSummary {
 }
 
 /// Summarises `samples` for a flood from `start` to `end` seconds: the
-/// last sample at or before `start`, the peak of the samples in
-/// `[start, end]`, and the last sample. `None` without samples.
+/// last sample at or before `start` (none: the first sample), the peak of
+/// the samples in `[start, end]`, and the last sample. `None` without
+/// samples.
 pub fn summarize(samples: &[Sample], start: f64, end: f64) -> Option<RssSummary> {
     let first = samples.first()?;
     let before = samples

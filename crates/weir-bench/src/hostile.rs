@@ -853,7 +853,10 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     o.tracker_peers = cfg.get_or("tracker-peers", o.tracker_peers)?;
     o.malloc_arena_max = cfg
         .get("malloc-arena-max")
-        .map(|v| v.parse().with_context(|| format!("--set malloc-arena-max={v}")))
+        .map(|v| {
+            v.parse()
+                .with_context(|| format!("--set malloc-arena-max={v}"))
+        })
         .transpose()?;
     let floods: Vec<Flood> = match cfg.get("floods") {
         None => Flood::ALL.to_vec(),

@@ -1,11 +1,13 @@
 //! What every scenario gets from `weir bench`, and helpers for starting
 //! weir under the loopback-only network policy.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use weir_lab::process::Proc;
 
 /// The network policy every weir process a bench starts runs under.
 pub const BENCH_ALLOW: &str = "127.0.0.0/8";
@@ -118,15 +120,22 @@ pub fn parse_set(s: &str) -> Result<(String, String), String> {
 }
 
 /// The number in line `key` (`"VmRSS:"`, `"VmHWM:"`, `"Threads:"`) of
+/// the text of a `/proc/<pid>/status` file; `None` when absent or garbled.
+pub fn status_field(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<f64>()
+        .ok()
+}
+
+/// The number in line `key` (`"VmRSS:"`, `"VmHWM:"`, `"Threads:"`) of
 /// `/proc/<pid>/status` (KiB for the memory lines); NaN when absent.
 pub fn proc_status_field(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
+        .and_then(|s| status_field(&s, key))
         .unwrap_or(f64::NAN)
 }
 
@@ -144,6 +153,55 @@ pub fn median(values: &[f64]) -> Option<f64> {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     })
+}
+
+/// Waits for a line containing `needle` in the log file `log` of `p`
+/// (its stderr or stdout log); returns the line. Fails when `p` exits
+/// first or after `timeout`, with the log's tail.
+pub fn log_line(
+    p: &mut Proc,
+    log: &Path,
+    needle: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + timeout;
+    let mut nap = Duration::from_millis(2);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains(needle)) {
+            return Ok(l.to_string());
+        }
+        if Instant::now() >= deadline || !p.is_running() {
+            return Err(p.failure(&format!("waiting for {needle:?}")));
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// `40MB/s`, `20MiB/s`, `500kB/s`, `64KiB/s` or plain bytes per second
+/// (for `--set rate=`).
+pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim().trim_end_matches("/s");
+    let (num, mul) = if let Some(n) = t.strip_suffix("MiB") {
+        (n, 1u64 << 20)
+    } else if let Some(n) = t.strip_suffix("MB") {
+        (n, 1_000_000)
+    } else if let Some(n) = t.strip_suffix("KiB") {
+        (n, 1 << 10)
+    } else if let Some(n) = t.strip_suffix("kB") {
+        (n, 1000)
+    } else {
+        (t, 1)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--set rate={s}: not a rate (e.g. 40MB/s)"))?;
+    if v <= 0.0 {
+        bail!("--set rate={s}: must be above 0");
+    }
+    Ok((v * mul as f64) as u64)
 }
 
 #[cfg(test)]
@@ -181,5 +239,16 @@ mod tests {
         assert_eq!(argv[1..], ["--allow".to_string(), BENCH_ALLOW.to_string()]);
         let cmd = c.weir();
         assert!(cmd.get_args().any(|a| a == BENCH_ALLOW));
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("40MB/s").unwrap(), 40_000_000);
+        assert_eq!(parse_rate("20MiB/s").unwrap(), 20 << 20);
+        assert_eq!(parse_rate("500kB/s").unwrap(), 500_000);
+        assert_eq!(parse_rate("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_rate("1234").unwrap(), 1234);
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("fast").is_err());
     }
 }

@@ -15,7 +15,14 @@
 //! The same function runs the CI test at a small size
 //! (`crates/weir/tests/killsuite.rs`); the bench default is 1 GiB.
 //!
-//! `--set` keys: `protocols=bt,ed2k`, `kills=20`, `rate=40MB/s` (linkem's
+//! Daemon mode (`protocols=daemon`): the downloader is `weir daemon`, given
+//! the torrent once over RPC (`torrent-add`), killed the same way after its
+//! RPC is up, and restarted on the same `--state` directory each time; the
+//! last run is watched over RPC until the transfer is complete, then
+//! stopped with SIGTERM. It finds the seeder through the link from a fake
+//! tracker the torrent names.
+//!
+//! `--set` keys: `protocols=bt,ed2k` (or `daemon`, or `bt,ed2k,daemon`), `kills=20`, `rate=40MB/s` (linkem's
 //! cap), `seed=N` (kill moments).
 
 use std::net::SocketAddr;
@@ -26,11 +33,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weir_lab::process::{Proc, wait_line};
+
 use weir_lab::tmpdir::TempDir;
 
 use crate::BenchConfig;
-use crate::common::BENCH_ALLOW;
+use crate::common::{BENCH_ALLOW, log_line, parse_rate};
 use crate::report::{Metric, Report};
+use crate::tracker::{FakeTracker, compact_answer};
+
+mod daemon;
+use daemon::DaemonRuns;
 
 /// The protocol of a kill suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +51,11 @@ pub enum Protocol {
     Bt,
     /// `weir seed --ed2k FILE` -> `weir get ed2k://...`.
     Ed2k,
+    /// `weir seed x.torrent DIR` -> `weir daemon`, given the torrent over
+    /// RPC once (`torrent-add`) and restarted on the same `--state` after
+    /// each kill; it finds the seeder (through the link) from a fake
+    /// tracker named in the torrent.
+    Daemon,
 }
 
 impl Protocol {
@@ -47,6 +64,7 @@ impl Protocol {
         match self {
             Protocol::Bt => "bt",
             Protocol::Ed2k => "ed2k",
+            Protocol::Daemon => "daemon",
         }
     }
 }
@@ -105,23 +123,6 @@ fn weir(exe: &Path, home: &Path) -> Command {
         .env("RUST_LOG", "warn,weir=info,weir_runtime=info")
         .args(["--allow", BENCH_ALLOW]);
     c
-}
-
-/// Waits for a line containing `needle` in a log file; returns the line.
-fn log_line(p: &mut Proc, log: &Path, needle: &str, timeout: Duration) -> anyhow::Result<String> {
-    let deadline = Instant::now() + timeout;
-    let mut nap = Duration::from_millis(2);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(l) = text.lines().find(|l| l.contains(needle)) {
-            return Ok(l.to_string());
-        }
-        if Instant::now() >= deadline || !p.is_running() {
-            return Err(p.failure(&format!("waiting for {needle:?}")));
-        }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(50));
-    }
 }
 
 fn sigkill(p: &mut Proc) -> anyhow::Result<()> {
@@ -246,18 +247,26 @@ pub fn run_suite(s: &KillSuite) -> anyhow::Result<KillOutcome> {
     let started = Instant::now();
     // The seeder.
     let seed_home = w.join("home-seed");
+    // The daemon finds its peer through a tracker (told the link's address
+    // once the link is up).
+    let tracker = match s.protocol {
+        Protocol::Daemon => Some(FakeTracker::start(Vec::new())?),
+        _ => None,
+    };
     let (mut seeder, seeder_addr, get_arg) = match s.protocol {
-        Protocol::Bt => {
-            let st = weir(&s.weir, &seed_home)
-                .args([
-                    "create",
-                    "src/payload.bin",
-                    "-o",
-                    "payload.torrent",
-                    "--no-date",
-                ])
-                .current_dir(w)
-                .output()?;
+        Protocol::Bt | Protocol::Daemon => {
+            let mut create = weir(&s.weir, &seed_home);
+            create.args([
+                "create",
+                "src/payload.bin",
+                "-o",
+                "payload.torrent",
+                "--no-date",
+            ]);
+            if let Some(t) = &tracker {
+                create.args(["--tracker", &t.url()]);
+            }
+            let st = create.current_dir(w).output()?;
             if !st.status.success() {
                 bail!("weir create: {}", String::from_utf8_lossy(&st.stderr));
             }
@@ -312,8 +321,11 @@ pub fn run_suite(s: &KillSuite) -> anyhow::Result<KillOutcome> {
     // The link: capped, counted.
     let link = Link::start(seeder_addr, s.rate)?;
     let link_addr = link.addr;
+    if let (Some(t), SocketAddr::V4(a)) = (&tracker, link_addr) {
+        t.set_answer(compact_answer(&[a], 1800));
+    }
     let get_target = match s.protocol {
-        Protocol::Bt => get_arg.clone(),
+        Protocol::Bt | Protocol::Daemon => get_arg.clone(),
         Protocol::Ed2k => format!("{get_arg}|sources,{link_addr}|/"),
     };
     let leech_home = w.join("home-leech");
@@ -342,7 +354,22 @@ pub fn run_suite(s: &KillSuite) -> anyhow::Result<KillOutcome> {
     let mut killed = 0;
     let mut runs = 0;
     let mut done = false;
+    if s.protocol == Protocol::Daemon {
+        let d = DaemonRuns {
+            suite: s,
+            work: w,
+            logs: &logs,
+            torrent: &w.join(&get_arg),
+            slice,
+            started,
+        };
+        (killed, runs, lifetimes) = d.run(&mut rng)?;
+        done = true;
+    }
     for i in 0..s.kills {
+        if done {
+            break;
+        }
         let life = slice
             .mul_f64(0.5 + rng.f64())
             .max(Duration::from_millis(100))
@@ -396,30 +423,6 @@ pub fn run_suite(s: &KillSuite) -> anyhow::Result<KillOutcome> {
     })
 }
 
-/// `40MB/s`, `20MiB/s` or plain bytes per second.
-fn parse_rate(s: &str) -> anyhow::Result<u64> {
-    let t = s.trim().trim_end_matches("/s");
-    let (num, mul) = if let Some(n) = t.strip_suffix("MiB") {
-        (n, 1u64 << 20)
-    } else if let Some(n) = t.strip_suffix("MB") {
-        (n, 1_000_000)
-    } else if let Some(n) = t.strip_suffix("KiB") {
-        (n, 1 << 10)
-    } else if let Some(n) = t.strip_suffix("kB") {
-        (n, 1000)
-    } else {
-        (t, 1)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--set rate={s}: not a rate (e.g. 40MB/s)"))?;
-    if v <= 0.0 {
-        bail!("--set rate={s}: must be above 0");
-    }
-    Ok((v * mul as f64) as u64)
-}
-
 /// Runs the scenario: each protocol, `--runs` times.
 pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     cfg.check_keys(&["protocols", "kills", "rate", "seed"])?;
@@ -434,6 +437,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         .map(|p| match p.trim() {
             "bt" => Ok(Protocol::Bt),
             "ed2k" => Ok(Protocol::Ed2k),
+            "daemon" => Ok(Protocol::Daemon),
             other => Err(anyhow::anyhow!("--set protocols: unknown {other:?}")),
         })
         .collect::<anyhow::Result<_>>()?;

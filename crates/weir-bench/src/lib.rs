@@ -14,6 +14,7 @@ pub mod chart;
 pub mod common;
 pub mod daemon;
 pub mod ed2k;
+pub mod hostile;
 pub mod killsuite;
 pub mod many;
 pub mod multi;
@@ -21,6 +22,7 @@ pub mod ramp;
 pub mod recheck;
 pub mod report;
 pub mod rtt;
+pub mod tracker;
 pub mod zmodem;
 
 pub use common::BenchConfig;
@@ -43,7 +45,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 11] = [
+pub const SCENARIOS: [&str; 12] = [
     "bt-single",
     "ramp",
     "cap",
@@ -54,6 +56,7 @@ pub const SCENARIOS: [&str; 11] = [
     "killsuite",
     "multi",
     "many",
+    "hostile",
     "recheck",
 ];
 
@@ -70,6 +73,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "killsuite" => killsuite::run(cfg),
         "multi" => multi::run(cfg),
         "many" => many::run(cfg),
+        "hostile" => hostile::run(cfg),
         "recheck" => recheck::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",

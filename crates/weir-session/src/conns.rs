@@ -10,6 +10,11 @@ use weir_core::storage::StorageEvent;
 use weir_ed2k::packet::Packet;
 
 use crate::session::{Conn, Session, Stage};
+
+/// A BitTorrent peer that exchanged no block for this long since it
+/// connected gives its slot to a newcomer when the slots are full (long
+/// enough for an honest peer's bitfield, interest and first unchoke).
+pub(crate) const EVICT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 use crate::types::{ConnId, Established, Hello, Proto, Refused, SessionEvent, TransferId};
 
 impl Session {
@@ -165,17 +170,23 @@ impl Session {
                 if !t.running() || !t.checked {
                     return Err(Refused::NotNow);
                 }
-                let peers = t.counts.peers;
-                if !self.cfg.global.admit_peer(&self.counts)
-                    || peers >= self.cfg.per_transfer.max_peers
-                {
-                    return Err(Refused::Full);
-                }
+                let transfer_full = t.counts.peers >= self.cfg.per_transfer.max_peers;
+                let full = transfer_full || !self.cfg.global.admit_peer(&self.counts);
                 if self.bans.contains(weir_core::peers::canonical(c.addr.ip())) {
                     return Err(Refused::Banned);
                 }
                 if b.torrent.has_peer_id(&theirs.peer_id) {
                     return Err(Refused::Duplicate);
+                }
+                // Full: a peer that has been of no use for a while gives
+                // way (this transfer's first; another's when only the
+                // session's limit is reached). Its close is under way, so
+                // for that short while one more is counted.
+                if full
+                    && !self.evict_idle_bt(Some(id), now)
+                    && (transfer_full || !self.evict_idle_bt(None, now))
+                {
+                    return Err(Refused::Full);
                 }
                 // Counted against the transfer from now on.
                 self.count(c.transfer, c.stage, false);
@@ -195,6 +206,28 @@ impl Session {
                 Ok(())
             }
         }
+    }
+
+    /// Closes one BitTorrent peer that exchanged no block in
+    /// [`EVICT_IDLE_AFTER`] (of transfer `only`, or of any), to make room
+    /// for a newcomer; whether one was found.
+    fn evict_idle_bt(&mut self, only: Option<TransferId>, now: Instant) -> bool {
+        let ids: Vec<TransferId> = match only {
+            Some(id) => vec![id],
+            None => self.transfers.keys().copied().collect(),
+        };
+        for id in ids {
+            let evicted = self
+                .transfers
+                .get_mut(&id)
+                .and_then(|t| t.bt.as_mut())
+                .is_some_and(|b| b.torrent.evict_idle(EVICT_IDLE_AFTER, now));
+            if evicted {
+                self.pump_bt(id, now);
+                return true;
+            }
+        }
+        false
     }
 
     fn move_stage(&mut self, conn: ConnId, c: &Conn, to: Stage) {

@@ -13,6 +13,7 @@ use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
 
 use super::*;
+use crate::conns::EVICT_IDLE_AFTER;
 
 fn meta(tag: u8) -> Arc<Metainfo> {
     let data = vec![tag; 100_000];
@@ -580,4 +581,48 @@ fn accepted_ed2k_connections_are_handshakes_until_their_hello() {
     }
     let c = s.counts();
     assert_eq!((c.handshaking, c.peers), (0, 1));
+}
+
+#[test]
+fn a_newcomer_takes_the_slot_of_a_peer_idle_since_it_connected_and_only_then() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    dials(&mut s);
+    let join = |s: &mut Session, i: u8, at: Instant| {
+        let c = s.incoming(Proto::Bt, peer(300 + u32::from(i)), at).unwrap();
+        s.established(
+            c,
+            Established::Bt {
+                theirs: their_handshake(1, 40 + i),
+                preamble_sent: false,
+            },
+            at,
+        )
+        .map(|()| c)
+    };
+    // The transfer's six slots, filled one second apart.
+    let first: Vec<ConnId> = (0..6u8)
+        .map(|i| join(&mut s, i, now + Duration::from_secs(u64::from(i))).unwrap())
+        .collect();
+    assert_eq!(s.transfers[&a].counts.peers, 6);
+    closes(&mut s);
+    // Full, and nobody has been idle long enough yet: refused.
+    let early = now + EVICT_IDLE_AFTER - Duration::from_secs(1);
+    assert_eq!(join(&mut s, 6, early), Err(Refused::Full));
+    assert!(closes(&mut s).is_empty());
+    // Once the first has had no block either way for that long, it gives
+    // way (the oldest; the others are younger), and only it.
+    let later = now + EVICT_IDLE_AFTER;
+    assert!(join(&mut s, 7, later).is_ok());
+    let closed = closes(&mut s);
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].0, first[0]);
+    assert!(closed[0].1.contains("made room"), "{}", closed[0].1);
+    // Its close came back from the runtime: six again.
+    s.closed(first[0], None, later);
+    assert_eq!(s.transfers[&a].counts.peers, 6);
+    // The next newcomer at the same moment: the second is not idle long
+    // enough (it connected a second after the first).
+    assert_eq!(join(&mut s, 8, later), Err(Refused::Full));
 }

@@ -536,6 +536,39 @@ impl Torrent {
         }
     }
 
+    /// Makes room for a newcomer when the peer slots are full: closes the
+    /// peer connected longest among those that have exchanged no block
+    /// either way for at least `idle` since they connected (peers that
+    /// hold a slot and are of no use: without this, a thousand peers that
+    /// connect and sit there lock every honest one out). Whether one was
+    /// closed (its `Close` event follows).
+    pub fn evict_idle(&mut self, idle: Duration, now: Instant) -> bool {
+        let victim = self
+            .peers
+            .iter()
+            .filter(|(_, p)| {
+                !p.closing
+                    && p.blocks_sent == 0
+                    && p.down.total() == 0
+                    && now.saturating_duration_since(p.connected_at) >= idle
+            })
+            .min_by_key(|(c, p)| (p.connected_at, **c))
+            .map(|(c, _)| *c);
+        match victim {
+            Some(c) => {
+                self.close(
+                    c,
+                    format!(
+                        "made room for a new peer: no block either way in {} s",
+                        idle.as_secs()
+                    ),
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A connection closed (by either side).
     pub fn remove_peer(&mut self, conn: ConnId, _now: Instant) {
         let Some(p) = self.peers.remove(&conn) else {

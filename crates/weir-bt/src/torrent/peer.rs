@@ -88,6 +88,8 @@ pub(crate) struct Peer {
     pub(crate) upload_queued: u64,
     pub(crate) last_block_at: Instant,
     pub(crate) last_recv_at: Instant,
+    /// When the connection became a peer.
+    pub(crate) connected_at: Instant,
     pub(crate) last_send_at: Instant,
     pub(crate) snubbed: bool,
     pub(crate) strikes: u32,
@@ -140,6 +142,7 @@ impl Peer {
             upload_queued: 0,
             last_block_at: now,
             last_recv_at: now,
+            connected_at: now,
             last_send_at: now,
             snubbed: false,
             strikes: 0,

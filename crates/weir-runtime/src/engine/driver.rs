@@ -47,6 +47,8 @@ pub struct Snapshot {
     pub done: bool,
     /// MSE/PE handshakes by outcome.
     pub mse: crate::mse::MseStats,
+    /// The MSE/PE policy now.
+    pub encryption: weir_bt::mse::Encryption,
 }
 
 /// Inputs of the driver.
@@ -770,7 +772,10 @@ impl Driver {
                 let _ = reply.send(self.infos(now));
             }
             Command::StartAccepting => self.start_accepting(),
-            Command::SetEncryption(p) => self.mse.policy = p,
+            Command::SetEncryption(p) => {
+                self.mse.policy = p;
+                self.publish(false);
+            }
             Command::Pieces(id, reply) => {
                 let had = self.session.torrent(id).map(|t| t.content().had().clone());
                 let _ = reply.send(had);
@@ -1004,6 +1009,7 @@ impl Driver {
             dialing: c.dialing,
             done,
             mse: self.mse.stats(),
+            encryption: self.mse.policy,
         });
     }
 

@@ -266,7 +266,9 @@ impl WriteState {
             return inner.poll_write_vectored(cx, bufs);
         }
         ready!(self.poll_drain(inner.as_mut(), cx))?;
-        if self.scratch.capacity() < SCRATCH {
+        // Drained: the same allocation again (sending advanced through it),
+        // or one from the pool the first time after a flush.
+        if !self.scratch.try_reclaim(SCRATCH) {
             self.scratch = scratch_pool().take();
         }
         self.scratch.clear();

@@ -401,3 +401,30 @@ async fn counters_sort_failures_by_kind() {
         }
     );
 }
+
+#[tokio::test]
+async fn the_scratch_buffer_is_reused_across_writes_and_let_go_when_idle() {
+    // A pipe large enough that every write drains at once.
+    let (a, b) = duplex(4 << 20);
+    let skeys = Skeys::from_info_hashes([&IH]);
+    let resp = tokio::spawn(async move {
+        let mut rng = fastrand::Rng::with_seed(2);
+        respond(b, cfg(Encryption::Prefer), &skeys, &mut rng).await
+    });
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut i = initiate(a, cfg(Encryption::Prefer), IH, b"", &mut rng)
+        .await
+        .unwrap();
+    let _r = resp.await.unwrap().unwrap();
+    let block = vec![7u8; SCRATCH];
+    let mut ends = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(i.write(&block).await.unwrap(), SCRATCH);
+        assert!(i.wr.scratch.is_empty(), "not drained");
+        // Sent through to its end: the same allocation each time.
+        ends.push(i.wr.scratch.as_ptr());
+    }
+    assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
+    i.flush().await.unwrap();
+    assert_eq!(i.wr.scratch.capacity(), 0, "kept while idle");
+}

@@ -301,7 +301,9 @@ impl PeerBook {
 
     /// Chooses up to `room` addresses to dial now and marks them dialling.
     /// `seeking`: the transfer wants data, so any known peer is worth a
-    /// dial; otherwise only peers that asked us to connect are dialled.
+    /// dial; otherwise only peers that asked us to connect, and peers the
+    /// user gave ([`Source::Manual`]: a seed given `--peer` dials it, as
+    /// libtorrent's `connect_peer` does), are dialled.
     /// Callbacks go first, then addresses that failed least, ties broken by
     /// the seeded generator.
     pub fn next_dials(&mut self, now: Instant, room: usize, seeking: bool) -> Vec<SocketAddr> {
@@ -314,7 +316,7 @@ impl PeerBook {
             .filter(|(a, e)| {
                 e.state == PeerState::Idle
                     && e.next_try <= now
-                    && (seeking || e.asked)
+                    && (seeking || e.asked || e.source == Source::Manual)
                     && !self.bans.contains(a.ip())
             })
             .map(|(a, e)| (!e.asked, e.failures, e.tie, *a))
@@ -335,7 +337,9 @@ impl PeerBook {
     pub fn next_due(&self, seeking: bool) -> Option<Instant> {
         self.peers
             .values()
-            .filter(|e| e.state == PeerState::Idle && (seeking || e.asked))
+            .filter(|e| {
+                e.state == PeerState::Idle && (seeking || e.asked || e.source == Source::Manual)
+            })
             .map(|e| e.next_try)
             .min()
     }

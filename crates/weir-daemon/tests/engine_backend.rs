@@ -42,6 +42,7 @@ fn config(state: &Path, downloads: &Path) -> BackendConfig {
         up: bucket(0),
         listen_ip: None,
         use_trackers: false,
+        encryption: weir_bt::mse::Encryption::Prefer,
     }
 }
 
@@ -343,6 +344,48 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     );
     assert_eq!(&*back[1].download_dir, moved.to_str().unwrap());
     assert_eq!(back[2].state, TransferState::Stopped);
+    stop(e).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encryption_reaches_the_engine_and_persists() -> anyhow::Result<()> {
+    use weir_bt::mse::Encryption as Policy;
+    let dir = weir_lab::TempDir::new("eb-encryption")?;
+    let (state, downloads) = (dir.subdir("state")?, dir.subdir("downloads")?);
+    let engine_policy = |e: &Engine, want: Policy| {
+        let mut p = e.progress();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                p.wait_for(|s| s.encryption == want),
+            )
+            .await
+            .map(|_| ())
+        }
+    };
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    assert_eq!(b.session().await?.encryption, Encryption::Preferred);
+    for (rpc, policy) in [
+        (Encryption::Tolerated, Policy::Allow),
+        (Encryption::Required, Policy::Require),
+    ] {
+        b.set_session(SessionChange {
+            encryption: Some(rpc),
+            ..SessionChange::default()
+        })
+        .await?;
+        assert_eq!(b.session().await?.encryption, rpc);
+        engine_policy(&e, policy).await?;
+    }
+    stop(e).await;
+    drop(b);
+    // Kept: a restart with the default flag applies the session-set value.
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    assert_eq!(b.session().await?.encryption, Encryption::Required);
+    engine_policy(&e, Policy::Require).await?;
     stop(e).await;
     Ok(())
 }

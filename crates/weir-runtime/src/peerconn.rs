@@ -361,6 +361,12 @@ pub async fn writer<M, E, T>(
                 let _ = wr.shutdown().await;
                 return;
             }
+            // Nothing more to write now: a stream that holds accepted
+            // bytes (an encrypted one) sends them before the wait.
+            if wr.flush().await.is_err() {
+                let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
+                return;
+            }
             match rx.recv().await {
                 Some(o) => queue.extend(unit(o, unlimited)),
                 None => open = false,
@@ -379,6 +385,10 @@ pub async fn writer<M, E, T>(
             }
             let need = queue[0].payload - credit.min(queue[0].payload);
             let want = usize::try_from(need).unwrap_or(usize::MAX);
+            if wr.flush().await.is_err() {
+                let _ = tx.send(ConnEvent::Closed { conn }.into()).await;
+                return;
+            }
             tokio::select! {
                 g = up.acquire(want) => credit += g as u64,
                 o = rx.recv(), if open => match o {

@@ -460,7 +460,11 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
             let closed = read_to_close(&mut s, Duration::from_secs(10)).await;
             (pushed, closed)
         });
-        let e = Engine::start(config()).await.unwrap();
+        // The pusher speaks plaintext and answers one connection only: no
+        // MSE attempt first.
+        let mut cfg = config();
+        cfg.encryption = weir_bt::mse::Encryption::Off;
+        let e = Engine::start(cfg).await.unwrap();
         let id = e
             .add_torrent(download_source(meta, &tmp("unasked-dst"), vec![addr]))
             .await

@@ -421,3 +421,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_seed_dials_peers_the_user_gave_and_no_others() {
+    let now = t0();
+    let mut b = book(BookConfig::default());
+    b.add(a(1), Source::Tracker, now);
+    b.add(a(2), Source::Manual, now);
+    b.add(a(3), Source::Pex, now);
+    assert_eq!(b.next_due(false), Some(now));
+    assert_eq!(b.next_dials(now, 5, false), vec![a(2)]);
+    assert!(b.next_dials(now, 5, false).is_empty());
+    // Seeking: the others too.
+    let mut d = b.next_dials(now, 5, true);
+    d.sort();
+    assert_eq!(d, vec![a(1), a(3)]);
+}

@@ -44,6 +44,12 @@ impl Backend for EngineBackend {
             || change.speed_limit_down_enabled.is_some()
             || change.speed_limit_up.is_some()
             || change.speed_limit_up_enabled.is_some();
+        if let Some(e) = change.encryption {
+            self.0
+                .engine
+                .set_encryption(super::engine_encryption(e))
+                .await;
+        }
         let (down, up) = {
             let mut st = self.lock();
             if change.idle_seeding_limit_enabled == Some(true)

@@ -70,6 +70,29 @@ pub struct BackendConfig {
     pub listen_ip: Option<IpAddr>,
     /// Ask a magnet's trackers for peers to fetch its metadata from.
     pub use_trackers: bool,
+    /// The engine's MSE/PE policy at start (`--encryption`); a
+    /// `session-set` of `encryption` changes it (and is kept).
+    pub encryption: weir_bt::mse::Encryption,
+}
+
+/// The engine's policy for Transmission's `encryption` value.
+pub fn engine_encryption(e: Encryption) -> weir_bt::mse::Encryption {
+    match e {
+        Encryption::Required => weir_bt::mse::Encryption::Require,
+        Encryption::Preferred => weir_bt::mse::Encryption::Prefer,
+        Encryption::Tolerated => weir_bt::mse::Encryption::Allow,
+    }
+}
+
+/// Transmission's value for the engine's policy. `off` has none (every
+/// Transmission policy accepts encrypted peers): it reads as `tolerated`,
+/// the nearest.
+pub fn rpc_encryption(p: weir_bt::mse::Encryption) -> Encryption {
+    match p {
+        weir_bt::mse::Encryption::Require => Encryption::Required,
+        weir_bt::mse::Encryption::Prefer => Encryption::Preferred,
+        weir_bt::mse::Encryption::Allow | weir_bt::mse::Encryption::Off => Encryption::Tolerated,
+    }
 }
 
 /// What a transfer is made of.
@@ -263,6 +286,7 @@ impl EngineBackend {
             download_dir: Arc::from(cfg.download_dir.to_string_lossy().as_ref()),
             config_dir: Arc::from(cfg.state_dir.to_string_lossy().as_ref()),
             peer_port: cfg.peer_port,
+            encryption: rpc_encryption(cfg.encryption),
             ..SessionSettings::default()
         };
         let mut inner = Inner {
@@ -281,6 +305,9 @@ impl EngineBackend {
         // Settings of earlier session-sets, then the caps (the latest of
         // session-set and the config file).
         inner.settings.apply(state.settings.clone());
+        if let Some(e) = state.settings.encryption {
+            engine.set_encryption(engine_encryption(e)).await;
+        }
         inner.settings.blocklist_enabled = false;
         inner.settings.peer_port = cfg.peer_port;
         if let Some((kbps, enabled)) = state.caps.down {

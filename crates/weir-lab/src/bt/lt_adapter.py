@@ -36,6 +36,7 @@ ap.add_argument('--timeout', type=float, default=600.0)
 ap.add_argument('--ut-metadata', action='store_true', help='load the BEP 9 extension (serve metadata)')
 ap.add_argument('--ut-pex', action='store_true', help='load the BEP 11 extension (peer exchange)')
 ap.add_argument('--magnet', help='leech: start from this magnet link instead of --torrent (implies --ut-metadata)')
+ap.add_argument('--forced-enc', action='store_true', help='MSE/PE with RC4 only, both ways (no plaintext peer)')
 a = ap.parse_args()
 
 
@@ -68,6 +69,12 @@ settings.update({
     'download_rate_limit': a.dl_limit,
     'upload_rate_limit': a.ul_limit,
 })
+if a.forced_enc:
+    settings.update({
+        'out_enc_policy': int(lt.enc_policy.forced),
+        'in_enc_policy': int(lt.enc_policy.forced),
+        'allowed_enc_level': int(lt.enc_level.rc4),
+    })
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
 ses = lt.session(settings, 0)
 if a.ut_metadata or a.magnet:

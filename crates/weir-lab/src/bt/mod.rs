@@ -164,7 +164,9 @@ pub struct Options {
     /// Leech: sample the bytes the leecher has received every this often
     /// ([`LeechResult::progress`]).
     pub progress_every: Option<Duration>,
-    /// Extra arguments appended to the client's command line.
+    /// Extra arguments appended to the client's command line
+    /// (libtorrent: `--forced-enc` for MSE/PE with RC4 only, both ways;
+    /// transmission-daemon: its own flags, e.g. `--encryption-required`).
     pub extra_args: Vec<String>,
 }
 

@@ -18,10 +18,12 @@ use weir_session::{
     TransferEvent, TransferId, TransferInfo,
 };
 
+use super::mse::MseCtx;
 use super::trackers::{Announcer, Standing};
 use super::wire::{self, BtDecoder, Ed2kDecoder, Wire, WireError};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
 use crate::bandwidth::SharedBucket;
+use crate::mse::MseStream;
 use crate::peerconn::{self, ConnEvent, Outgoing, QueueError, WriteQueue};
 use crate::storage::{self, DiskStorage, Opened, TransferSpec};
 
@@ -43,6 +45,10 @@ pub struct Snapshot {
     pub dialing: usize,
     /// The engine has stopped.
     pub done: bool,
+    /// MSE/PE handshakes by outcome.
+    pub mse: crate::mse::MseStats,
+    /// The MSE/PE policy now.
+    pub encryption: weir_bt::mse::Encryption,
 }
 
 /// Inputs of the driver.
@@ -59,7 +65,8 @@ pub(crate) enum Msg {
     },
     Handshaked {
         conn: ConnId,
-        stream: TcpStream,
+        /// Boxed: it carries both RC4 states.
+        stream: Box<MseStream<TcpStream>>,
         established: Established,
         leftover: BytesMut,
     },
@@ -157,6 +164,8 @@ struct Driver {
     /// Each transfer's own (download, upload) buckets, made with its
     /// first connection (unlimited until capped: no refill task).
     transfer_caps: HashMap<TransferId, (Arc<SharedBucket>, Arc<SharedBucket>)>,
+    /// MSE/PE: the policy, the session's SKEYs, counts.
+    mse: MseCtx,
 }
 
 pub(super) fn spawn(
@@ -181,6 +190,7 @@ pub(super) fn spawn(
         .filter_map(|(p, l)| l.map(|l| (p, l)))
         .collect();
     let session = Session::new(cfg.session.clone());
+    let mse = MseCtx::new(cfg.encryption, cfg.handshake_timeout);
     let mut driver = Driver {
         cfg,
         session,
@@ -202,6 +212,7 @@ pub(super) fn spawn(
         opening: 0,
         open_slots: Arc::new(tokio::sync::Semaphore::new(OPENS_AT_ONCE)),
         transfer_caps: HashMap::new(),
+        mse,
     };
     if driver.cfg.accept_at_start {
         driver.start_accepting();
@@ -318,7 +329,7 @@ impl Driver {
                         let t = tokio::spawn(wire::accept_bt(
                             conn,
                             stream,
-                            self.cfg.handshake_timeout,
+                            self.mse.clone(),
                             self.tx.clone(),
                         ));
                         self.pending.insert(conn, t.abort_handle());
@@ -332,7 +343,7 @@ impl Driver {
                         };
                         self.on_handshaked(
                             conn,
-                            stream,
+                            MseStream::plain(stream, bytes::Bytes::new()),
                             Established::Ed2k { local_ip },
                             BytesMut::new(),
                             now,
@@ -351,7 +362,7 @@ impl Driver {
                 leftover,
             } => {
                 self.pending.remove(&conn);
-                self.on_handshaked(conn, stream, established, leftover, now);
+                self.on_handshaked(conn, *stream, established, leftover, now);
             }
             Msg::Failed { conn, error } => {
                 self.pending.remove(&conn);
@@ -377,7 +388,7 @@ impl Driver {
     fn on_handshaked(
         &mut self,
         conn: ConnId,
-        stream: TcpStream,
+        stream: MseStream<TcpStream>,
         established: Established,
         leftover: BytesMut,
         now: Instant,
@@ -551,6 +562,7 @@ impl Driver {
                         addr,
                         hello,
                         self.cfg.handshake_timeout,
+                        self.mse.clone(),
                         self.tx.clone(),
                     ));
                     self.pending.insert(conn, t.abort_handle());
@@ -769,6 +781,10 @@ impl Driver {
                 let _ = reply.send(self.infos(now));
             }
             Command::StartAccepting => self.start_accepting(),
+            Command::SetEncryption(p) => {
+                self.mse.policy = p;
+                self.publish(false);
+            }
             Command::Pieces(id, reply) => {
                 let had = self.session.torrent(id).map(|t| t.content().had().clone());
                 let _ = reply.send(had);
@@ -807,6 +823,9 @@ impl Driver {
         now: Instant,
         closed: Option<oneshot::Sender<bool>>,
     ) -> bool {
+        if let Some(m) = self.session.metainfo(id) {
+            self.mse.torrent_removed(&m.info_hash);
+        }
         let ok = self.session.remove(id, now);
         self.transfer_caps.remove(&id);
         let store = self.stores.remove(&id);
@@ -921,6 +940,9 @@ impl Driver {
         };
         match added {
             Ok(id) => {
+                if let Some(m) = self.session.metainfo(id) {
+                    self.mse.torrent_added(m.info_hash);
+                }
                 // Digests known now start the storage at once (the
                 // session's OpenStorage event for it is already queued).
                 self.stores.insert(id, Store::Waiting(Box::new(opened)));
@@ -1001,6 +1023,8 @@ impl Driver {
             peers: c.peers,
             dialing: c.dialing,
             done,
+            mse: self.mse.stats(),
+            encryption: self.mse.policy,
         });
     }
 

@@ -19,6 +19,7 @@
 //! in virtual time.
 
 mod driver;
+mod mse;
 mod spec;
 mod trackers;
 mod wire;
@@ -73,6 +74,9 @@ pub struct EngineConfig {
     /// The eD2k user hash source: the session's hash is this one's for the
     /// eD2k port bound (`None`: the session configuration's as given).
     pub ed2k_user_hash: Option<crate::ed2k::userhash::UserHash>,
+    /// MSE/PE policy for BitTorrent connections (`--encryption`): what
+    /// outgoing connections try, what incoming ones may be.
+    pub encryption: weir_bt::mse::Encryption,
 }
 
 impl EngineConfig {
@@ -91,6 +95,7 @@ impl EngineConfig {
             report_every: Duration::from_millis(250),
             ed2k_user_hash: None,
             accept_at_start: true,
+            encryption: weir_bt::mse::Encryption::default(),
         }
     }
 }
@@ -290,6 +295,8 @@ pub(crate) enum Command {
     },
     BtPeers(TransferId, oneshot::Sender<Vec<weir_session::BtPeer>>),
     Reannounce(TransferId),
+    /// The MSE/PE policy for connections opened from now on.
+    SetEncryption(weir_bt::mse::Encryption),
     Stop,
 }
 
@@ -488,6 +495,12 @@ impl EngineHandle {
     /// Announces a torrent to its trackers now.
     pub async fn reannounce(&self, id: TransferId) {
         self.command(Command::Reannounce(id)).await;
+    }
+
+    /// Sets the MSE/PE policy; connections opened from now on follow it
+    /// (open ones stay as they are).
+    pub async fn set_encryption(&self, policy: weir_bt::mse::Encryption) {
+        self.command(Command::SetEncryption(policy)).await;
     }
 
     /// Every transfer now.

@@ -4,8 +4,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use weir_bt::wire::{self, Handshake, Limits as BtLimits, Message};
@@ -14,6 +14,8 @@ use weir_ed2k::packet::{Decoder, Limits as Ed2kLimits, Packet};
 use weir_session::{ConnId, Established, Hello};
 
 use super::driver::Msg;
+use super::mse::MseCtx;
+use crate::mse::MseStream;
 use crate::peerconn::{Decode, READ_BUF};
 
 /// What a connection's reader decodes, whatever the protocol.
@@ -72,7 +74,9 @@ impl Decode for Ed2kDecoder {
 
 /// Reads the peer's BitTorrent handshake (68 bytes) from `stream`; what
 /// came after it stays in the returned buffer.
-async fn read_handshake(stream: &mut TcpStream) -> std::io::Result<(Handshake, BytesMut)> {
+pub(super) async fn read_handshake<S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<(Handshake, BytesMut)> {
     let mut buf = BytesMut::with_capacity(READ_BUF);
     let theirs = loop {
         match Handshake::decode(&buf) {
@@ -94,11 +98,10 @@ async fn read_handshake(stream: &mut TcpStream) -> std::io::Result<(Handshake, B
     Ok((theirs, buf))
 }
 
-fn invalid(msg: &'static str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
-}
-
-/// Dials `addr` for `conn` and says `hello`; the result goes to the driver.
+/// Dials `addr` for `conn` and says `hello` (BitTorrent: encrypted or not
+/// as `mse`'s policy says, see [`super::mse::connect_bt`]); the result goes
+/// to the driver.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn dial(
     conn: ConnId,
     policy: NetPolicy,
@@ -106,51 +109,54 @@ pub(crate) async fn dial(
     addr: SocketAddr,
     hello: Hello,
     timeout: Duration,
+    mse: MseCtx,
     tx: mpsc::Sender<Msg>,
 ) {
-    let result = tokio::time::timeout(timeout, async {
-        let mut s = crate::net::connect_tcp_from(&policy, local, addr).await?;
-        s.set_nodelay(true)?;
-        match hello {
-            Hello::Bt { ours, preamble } => {
-                let mut out = BytesMut::with_capacity(Handshake::LEN + preamble.len());
-                ours.encode(&mut out);
-                // Messages valid for any peer ride along with our handshake.
-                out.extend_from_slice(&preamble);
-                s.write_all(&out).await?;
-                let (theirs, leftover) = read_handshake(&mut s).await?;
-                if theirs.info_hash != ours.info_hash {
-                    return Err(invalid("handshake for another torrent"));
-                }
-                let est = Established::Bt {
-                    theirs,
-                    preamble_sent: !preamble.is_empty(),
-                };
-                Ok((s, est, leftover))
+    let result = match hello {
+        Hello::Bt { ours, preamble } => {
+            let connect = || async {
+                let s = crate::net::connect_tcp_from(&policy, local, addr).await?;
+                s.set_nodelay(true)?;
+                Ok(s)
+            };
+            match super::mse::connect_bt(&mse, addr, &ours, &preamble, connect).await {
+                Ok(c) => Ok((
+                    c.stream,
+                    Established::Bt {
+                        theirs: c.theirs,
+                        preamble_sent: !preamble.is_empty(),
+                    },
+                    c.leftover,
+                )),
+                Err(e) => Err(e.to_string()),
             }
-            Hello::Ed2k => {
-                let local_ip = local_v4(&s);
-                Ok((s, Established::Ed2k { local_ip }, BytesMut::new()))
-            }
-            Hello::Ed2kServer => Ok((s, Established::Ed2kServer, BytesMut::new())),
         }
-    })
-    .await;
+        hello => tokio::time::timeout(timeout, async {
+            let s = crate::net::connect_tcp_from(&policy, local, addr).await?;
+            s.set_nodelay(true)?;
+            let est = match hello {
+                Hello::Ed2kServer => Established::Ed2kServer,
+                _ => Established::Ed2k {
+                    local_ip: local_v4(&s),
+                },
+            };
+            Ok::<_, std::io::Error>((MseStream::plain(s, Bytes::new()), est, BytesMut::new()))
+        })
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => "connect and handshake timed out".to_string(),
+            _ => e.to_string(),
+        }),
+    };
     let msg = match result {
-        Ok(Ok((stream, established, leftover))) => Msg::Handshaked {
+        Ok((stream, established, leftover)) => Msg::Handshaked {
             conn,
-            stream,
+            stream: Box::new(stream),
             established,
             leftover,
         },
-        Ok(Err(e)) => Msg::Failed {
-            conn,
-            error: e.to_string(),
-        },
-        Err(_) => Msg::Failed {
-            conn,
-            error: "connect and handshake timed out".into(),
-        },
+        Err(error) => Msg::Failed { conn, error },
     };
     let _ = tx.send(msg).await;
 }
@@ -162,48 +168,60 @@ fn local_v4(s: &TcpStream) -> Option<std::net::Ipv4Addr> {
     }
 }
 
-/// Runs an accepted BitTorrent connection's handshake: reads theirs, asks
-/// the driver for ours (routed by info-hash), answers.
-pub(crate) async fn accept_bt(
-    conn: ConnId,
-    mut stream: TcpStream,
-    timeout: Duration,
-    tx: mpsc::Sender<Msg>,
-) {
+/// Runs an accepted BitTorrent connection's handshake: plaintext or MSE
+/// (see [`super::mse::accept_bt`]), reads theirs, asks the driver for ours
+/// (routed by info-hash), answers.
+pub(crate) async fn accept_bt(conn: ConnId, stream: TcpStream, mse: MseCtx, tx: mpsc::Sender<Msg>) {
     let _ = stream.set_nodelay(true);
-    let r = tokio::time::timeout(timeout, async {
-        let (theirs, leftover) = read_handshake(&mut stream).await?;
+    // The handshakes are bounded (and counted) in there; routing and our
+    // answer have a bound of their own.
+    let a = match super::mse::accept_bt(&mse, stream).await {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = tx
+                .send(Msg::Failed {
+                    conn,
+                    error: e.to_string(),
+                })
+                .await;
+            return;
+        }
+    };
+    let r = tokio::time::timeout(mse.timeout, async {
         let (reply_tx, reply_rx) = oneshot::channel();
         tx.send(Msg::BtRoute {
-            info_hash: theirs.info_hash,
+            info_hash: a.theirs.info_hash,
             reply: reply_tx,
         })
         .await
-        .map_err(|_| invalid("shutting down"))?;
+        .map_err(|_| "shutting down".to_string())?;
         let ours = reply_rx
             .await
-            .map_err(|_| invalid("shutting down"))?
-            .ok_or_else(|| invalid("handshake for a torrent we do not serve"))?;
+            .map_err(|_| "shutting down".to_string())?
+            .ok_or_else(|| "handshake for a torrent we do not serve".to_string())?;
         let mut out = BytesMut::with_capacity(Handshake::LEN);
         ours.encode(&mut out);
-        stream.write_all(&out).await?;
-        Ok::<_, std::io::Error>((theirs, leftover))
+        let mut stream = a.stream;
+        let sent: std::io::Result<()> = async {
+            stream.write_all(&out).await?;
+            stream.flush().await
+        }
+        .await;
+        sent.map_err(|e| e.to_string())?;
+        Ok::<_, String>((stream, a.theirs, a.leftover))
     })
     .await;
     let msg = match r {
-        Ok(Ok((theirs, leftover))) => Msg::Handshaked {
+        Ok(Ok((stream, theirs, leftover))) => Msg::Handshaked {
             conn,
-            stream,
+            stream: Box::new(stream),
             established: Established::Bt {
                 theirs,
                 preamble_sent: false,
             },
             leftover,
         },
-        Ok(Err(e)) => Msg::Failed {
-            conn,
-            error: e.to_string(),
-        },
+        Ok(Err(error)) => Msg::Failed { conn, error },
         Err(_) => Msg::Failed {
             conn,
             error: "handshake timed out".into(),

@@ -52,6 +52,11 @@ pub(crate) struct Args {
     /// Do not announce to trackers.
     #[arg(long)]
     no_trackers: bool,
+    /// Protocol encryption (MSE/PE) with BitTorrent peers: prefer,
+    /// require, allow or off (as `weir get`); `session-set` changes it
+    /// (`encryption`: required, preferred, tolerated).
+    #[arg(long, value_name = "POLICY", default_value = "prefer")]
+    encryption: weir_bt::mse::Encryption,
     /// RPC user name (Basic auth).
     #[arg(long, value_name = "NAME", requires = "rpc_password")]
     rpc_user: Option<String>,
@@ -172,6 +177,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         cfg.ed2k_user_hash = Some(user_hash);
         cfg.use_trackers = !args.no_trackers;
         cfg.keep_running = true;
+        cfg.encryption = args.encryption;
         cfg.down = Limiter::new(vec![down.clone()]);
         cfg.up = Limiter::new(vec![up.clone()]);
         let engine = Engine::start(cfg).await.map_err(engine_error)?;
@@ -186,6 +192,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 up,
                 listen_ip: bt_addr.map(|a| a.ip()),
                 use_trackers: !args.no_trackers,
+                encryption: args.encryption,
             },
             engine.handle(),
         )

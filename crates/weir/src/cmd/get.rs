@@ -55,6 +55,12 @@ pub(crate) struct TransferOpts {
     /// before giving up with exit 2 (0: wait forever).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub(crate) peer_wait: u64,
+    /// Protocol encryption (MSE/PE) with BitTorrent peers: prefer
+    /// (encrypt outgoing connections, fall back to plaintext, accept
+    /// both), require (encrypted only, both ways), allow (plaintext first,
+    /// encrypted for peers that need it), off (plaintext only).
+    #[arg(long, value_name = "POLICY", default_value = "prefer")]
+    pub(crate) encryption: weir_bt::mse::Encryption,
     /// No progress output.
     #[arg(short, long)]
     pub(crate) quiet: bool,

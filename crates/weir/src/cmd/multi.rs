@@ -123,6 +123,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         cfg.accept_at_start = false;
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
+        cfg.encryption = opts.encryption;
         cfg.down = limiter(&opts.max_down, "--max-down")?;
         cfg.up = limiter(&opts.max_up, "--max-up")?;
         let mut signals = Signals::new()?;

@@ -3,14 +3,16 @@
 //! verifies the info dictionary against the info-hash; this module only
 //! dials, shakes hands and moves its frames.
 //!
-//! Peers come from the link (`x.pe`), from `--peer`, and from one announce
-//! to each of the link's trackers (`tr`), all under the network policy.
+//! Peers come from the link (`x.pe`), from `--peer`, from one announce
+//! to each of the link's trackers (`tr`) and, with [`fetch_with`], from
+//! a stream of later peers (the engine's DHT lookups,
+//! `EngineHandle::dht_peers`), all under the network policy.
 //! Several peers are asked at once; a peer whose pieces do not hash is
 //! dropped (the fetcher says so) and counted. The result is a `.torrent`
 //! (the verified dictionary plus the link's trackers) that the caller adds
 //! to the engine like any other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -76,6 +78,9 @@ pub enum FetchFailure {
     Invalid(#[from] metadata::FetchError),
 }
 
+/// Peers remembered (and dialled at most once each) in one fetch.
+pub const MAX_KNOWN: usize = 1000;
+
 /// What a connection task reports.
 enum Report {
     Up { conn: u32, writer: OwnedWriteHalf },
@@ -85,6 +90,17 @@ enum Report {
 
 /// Fetches the info dictionary `m` names. See the module docs.
 pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, FetchFailure> {
+    fetch_with(m, opts, None).await
+}
+
+/// As [`fetch`], also dialling the peers that arrive on `more` while it
+/// runs (DHT results). With `more`, no peer at the start is not an error:
+/// the fetch waits for some until its timeout.
+pub async fn fetch_with(
+    m: &Magnet,
+    opts: &FetchOptions,
+    mut more: Option<mpsc::Receiver<Vec<SocketAddr>>>,
+) -> Result<FetchedMetadata, FetchFailure> {
     let info_hash = m.info_hash.ok_or(FetchFailure::NoInfoHash)?;
     let mut known: Vec<SocketAddr> = opts.peers.clone();
     for p in &m.peers {
@@ -103,9 +119,12 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
     known.retain(|a| opts.policy.allows(a.ip()));
     known.sort();
     known.dedup();
-    if known.is_empty() {
+    known.truncate(MAX_KNOWN);
+    if known.is_empty() && more.is_none() {
         return Err(FetchFailure::NoPeers);
     }
+    let mut seen: HashSet<SocketAddr> = known.iter().copied().collect();
+    let mut queue: VecDeque<SocketAddr> = known.iter().copied().collect();
     let cfg = FetcherConfig {
         trackers: m.trackers.clone(),
         ..FetcherConfig::default()
@@ -114,20 +133,23 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
     let (tx, mut rx) = mpsc::channel::<Report>(64);
     let mut writers: HashMap<u32, OwnedWriteHalf> = HashMap::new();
     let mut tasks = Vec::new();
-    let mut next = known.iter().copied().enumerate();
+    let mut next_conn = 0u32;
     let mut live = 0usize;
     let mut asked = 0usize;
     let mut last_why = String::from("none answered");
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let limits = MetadataLimits::default();
-    let mut dial_more = |live: &mut usize, tasks: &mut Vec<tokio::task::JoinHandle<()>>| {
+    let mut dial_more = |live: &mut usize,
+                         tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+                         queue: &mut VecDeque<SocketAddr>| {
         while *live < opts.max_dials.max(1) {
-            let Some((i, addr)) = next.next() else {
+            let Some(addr) = queue.pop_front() else {
                 break;
             };
             *live += 1;
+            next_conn += 1;
             tasks.push(tokio::spawn(peer(
-                i as u32,
+                next_conn,
                 addr,
                 info_hash,
                 opts.clone(),
@@ -135,7 +157,7 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
             )));
         }
     };
-    dial_more(&mut live, &mut tasks);
+    dial_more(&mut live, &mut tasks, &mut queue);
     let result = loop {
         let tick = fetcher
             .poll_timeout()
@@ -178,17 +200,25 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
                         live = live.saturating_sub(1);
                         fetcher.remove_peer(conn, now);
                         writers.remove(&conn);
-                        dial_more(&mut live, &mut tasks);
+                        dial_more(&mut live, &mut tasks, &mut queue);
                     }
                     None => {}
                 }
+            }
+            Some(found) = next_peers(&mut more) => {
+                for a in found {
+                    if seen.len() < MAX_KNOWN && opts.policy.allows(a.ip()) && seen.insert(a) {
+                        queue.push_back(a);
+                    }
+                }
+                dial_more(&mut live, &mut tasks, &mut queue);
             }
             _ = tokio::time::sleep_until(tick) => {
                 if tokio::time::Instant::now() >= deadline {
                     break Err(FetchFailure::Timeout {
                         secs: opts.timeout.as_secs(),
                         asked,
-                        known: known.len(),
+                        known: seen.len(),
                         why: last_why.clone(),
                     });
                 }
@@ -225,6 +255,20 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
         );
     }
     result
+}
+
+/// The next peers from `more` (never, without one or once it ended).
+async fn next_peers(more: &mut Option<mpsc::Receiver<Vec<SocketAddr>>>) -> Option<Vec<SocketAddr>> {
+    match more {
+        Some(rx) => match rx.recv().await {
+            Some(v) => Some(v),
+            None => {
+                *more = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// One announce to each of the link's trackers, for peers.

@@ -42,6 +42,7 @@ fn config(state: &Path, downloads: &Path) -> BackendConfig {
         up: bucket(0),
         listen_ip: None,
         use_trackers: false,
+        dht_enabled: false,
     }
 }
 

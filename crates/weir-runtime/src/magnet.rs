@@ -13,6 +13,7 @@
 //! to the engine like any other.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -81,6 +82,13 @@ pub enum FetchFailure {
 /// Peers remembered (and dialled at most once each) in one fetch.
 pub const MAX_KNOWN: usize = 1000;
 
+/// Times one peer is dialled in a fetch, at most (a peer reported again by
+/// the DHT after it failed is tried again, as a seeder may not have been
+/// ready).
+pub const MAX_TRIES: u8 = 4;
+/// A failed peer is dialled again no sooner than this.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// What a connection task reports.
 enum Report {
     Up { conn: u32, writer: OwnedWriteHalf },
@@ -139,15 +147,21 @@ pub async fn fetch_with(
     let mut last_why = String::from("none answered");
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let limits = MetadataLimits::default();
+    // Each dial's address (connection `n` is `dialled[n - 1]`), and the
+    // failed ones: tries and when.
+    let mut dialled: Vec<SocketAddr> = Vec::new();
+    let mut failed: HashMap<SocketAddr, (u8, Instant)> = HashMap::new();
     let mut dial_more = |live: &mut usize,
                          tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-                         queue: &mut VecDeque<SocketAddr>| {
+                         queue: &mut VecDeque<SocketAddr>,
+                         dialled: &mut Vec<SocketAddr>| {
         while *live < opts.max_dials.max(1) {
             let Some(addr) = queue.pop_front() else {
                 break;
             };
             *live += 1;
             next_conn += 1;
+            dialled.push(addr);
             tasks.push(tokio::spawn(peer(
                 next_conn,
                 addr,
@@ -157,7 +171,7 @@ pub async fn fetch_with(
             )));
         }
     };
-    dial_more(&mut live, &mut tasks, &mut queue);
+    dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
     let result = loop {
         let tick = fetcher
             .poll_timeout()
@@ -196,22 +210,39 @@ pub async fn fetch_with(
                     }
                     Some(Report::Msg { .. }) => {}
                     Some(Report::Down { conn, why }) => {
+                        tracing::debug!("metadata: peer {conn}: {why}");
                         last_why = why;
                         live = live.saturating_sub(1);
                         fetcher.remove_peer(conn, now);
                         writers.remove(&conn);
-                        dial_more(&mut live, &mut tasks, &mut queue);
+                        if let Some(a) = dialled.get(conn as usize - 1) {
+                            failed.entry(*a).or_insert((0, now)).1 = now;
+                        }
+                        dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
                     }
                     None => {}
                 }
             }
             Some(found) = next_peers(&mut more) => {
+                tracing::debug!("metadata: {} more peers: {found:?}", found.len());
+                let now = Instant::now();
                 for a in found {
-                    if seen.len() < MAX_KNOWN && opts.policy.allows(a.ip()) && seen.insert(a) {
+                    if !opts.policy.allows(a.ip()) {
+                        continue;
+                    }
+                    if seen.len() < MAX_KNOWN && seen.insert(a) {
+                        queue.push_back(a);
+                    } else if let Some((tries, at)) = failed.get_mut(&a)
+                        && *tries + 1 < MAX_TRIES
+                        && now.saturating_duration_since(*at) >= RETRY_AFTER
+                    {
+                        // Tried and failed: once more, later.
+                        *tries += 1;
+                        *at = now + opts.timeout;
                         queue.push_back(a);
                     }
                 }
-                dial_more(&mut live, &mut tasks, &mut queue);
+                dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
             }
             _ = tokio::time::sleep_until(tick) => {
                 if tokio::time::Instant::now() >= deadline {

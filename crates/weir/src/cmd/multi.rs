@@ -123,6 +123,17 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         cfg.accept_at_start = false;
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
+        // The DHT finds torrents' peers (magnets included); the routing
+        // table is kept next to the resume data, never in a directory
+        // being seeded (weir seed writes nothing there).
+        if cfg.bt_listen.is_some() {
+            let table = (!run.dir.seed_only).then(|| run.out.join(".weir-dht-table"));
+            cfg.dht = crate::cmd::get::dht_settings(ctx, opts, table)?;
+            if cfg.dht.as_ref().is_some_and(|d| d.table.is_some()) {
+                std::fs::create_dir_all(&run.out)
+                    .with_context(|| format!("creating {}", run.out.display()))?;
+            }
+        }
         cfg.down = limiter(&opts.max_down, "--max-down")?;
         cfg.up = limiter(&opts.max_up, "--max-up")?;
         let mut signals = Signals::new()?;
@@ -132,6 +143,9 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         }
         if let Some(a) = engine.ed2k_addr {
             tracing::info!("eD2k: listening on {a}");
+        }
+        if let Some(a) = engine.dht_addr {
+            tracing::info!("DHT: UDP {a}");
         }
         let open = OpenOptions {
             mode: if run.dir.seed_only {
@@ -321,6 +335,8 @@ async fn magnet_torrent(
     }
     let label = m.name.clone().unwrap_or_else(|| hex.clone());
     tracing::info!("{label}: fetching the metadata (BEP 9) from the link's peers");
+    // The DHT's peers for the info-hash too, as they are found.
+    let from_dht = engine.handle().dht_peers(ih).await.ok();
     let opts = weir_runtime::magnet::FetchOptions {
         policy: ctx.policy.clone(),
         peers: peers.to_vec(),
@@ -331,7 +347,7 @@ async fn magnet_torrent(
         timeout: Duration::from_secs(run.opts.peer_wait.max(10)),
         max_dials: 8,
     };
-    let got = weir_runtime::magnet::fetch(m, &opts)
+    let got = weir_runtime::magnet::fetch_with(m, &opts, from_dht)
         .await
         .map_err(|e| match e {
             weir_runtime::magnet::FetchFailure::NoPeers

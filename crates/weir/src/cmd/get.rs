@@ -203,9 +203,10 @@ pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<S
 }
 
 /// Why weir has no way to find peers for `meta` (`None`: it has some;
-/// the DHT is one for a torrent that is not private).
-pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
-    if !opts.peers.is_empty() || !opts.no_dht && !meta.info.private {
+/// the DHT is one for a torrent that is not private when `dht_finds`:
+/// it has a node to start from, see [`dht_finds`]).
+pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts, dht_finds: bool) -> Option<String> {
+    if !opts.peers.is_empty() || dht_finds && !meta.info.private {
         return None;
     }
     let has_trackers = meta.trackers().iter().any(|t| !t.is_empty());
@@ -214,6 +215,13 @@ pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> 
         (true, true) => Some("--no-trackers was given and no --peer".into()),
         (false, _) => Some("the torrent lists no tracker and no --peer was given".into()),
     }
+}
+
+/// Whether the DHT of a run can find peers by itself: it runs and has a
+/// node to start from (`--dht-bootstrap`, or the public routers under a
+/// policy that allows every address).
+pub(crate) fn dht_finds(ctx: &Ctx, opts: &TransferOpts) -> bool {
+    !opts.no_dht && (!opts.dht_bootstrap.is_empty() || ctx.policy.allows_name_resolution())
 }
 
 /// The DHT settings of a run (`None`: `--no-dht`): `--dht-bootstrap`

@@ -170,7 +170,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         for (meta, peers) in torrents.iter().zip(torrent_peers) {
             // Peers to dial (--peer, a magnet's x.pe) are a way to find some.
             let why = if peers.is_empty() {
-                crate::cmd::get::no_source(meta, opts)
+                crate::cmd::get::no_source(meta, opts, crate::cmd::get::dht_finds(ctx, opts))
             } else {
                 None
             };
@@ -336,7 +336,13 @@ async fn magnet_torrent(
     let label = m.name.clone().unwrap_or_else(|| hex.clone());
     tracing::info!("{label}: fetching the metadata (BEP 9) from the link's peers");
     // The DHT's peers for the info-hash too, as they are found.
-    let from_dht = engine.handle().dht_peers(ih).await.ok();
+    // (Only when it has a node to start from: a DHT with none would only
+    // make a magnet with no other source wait for nothing.)
+    let from_dht = if crate::cmd::get::dht_finds(ctx, run.opts) {
+        engine.handle().dht_peers(ih).await.ok()
+    } else {
+        None
+    };
     let opts = weir_runtime::magnet::FetchOptions {
         policy: ctx.policy.clone(),
         peers: peers.to_vec(),

@@ -174,6 +174,8 @@ pub(crate) struct DhtGlue {
     peers_found: u64,
     announces_acked: u64,
     loaded_nodes: usize,
+    /// The table size last logged at info level.
+    said_nodes: usize,
 }
 
 impl DhtGlue {
@@ -249,6 +251,7 @@ impl DhtGlue {
             peers_found: 0,
             announces_acked: 0,
             loaded_nodes,
+            said_nodes: 0,
         };
         glue.flush_transmits();
         Ok(glue)
@@ -503,7 +506,14 @@ impl DhtGlue {
                 self.lookup_ended(lookup, session, now);
             }
             Event::Bootstrapped { nodes } => {
-                tracing::info!("DHT: bootstrapped, {nodes} nodes in the table");
+                // Said when the table grows; a re-bootstrap of a table
+                // that stays as small (every 10 s with no node) is quiet.
+                if nodes > self.said_nodes {
+                    tracing::info!("DHT: bootstrapped, {nodes} nodes in the table");
+                    self.said_nodes = nodes;
+                } else {
+                    tracing::debug!("DHT: bootstrapped again, {nodes} nodes in the table");
+                }
             }
             Event::ExternalAddress(ip) => {
                 tracing::debug!("DHT: other nodes see us as {ip}");

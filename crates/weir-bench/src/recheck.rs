@@ -132,6 +132,7 @@ fn weir_recheck(cfg: &BenchConfig, p: &Payload) -> anyhow::Result<f64> {
         .args([
             "--recheck",
             "--no-trackers",
+            "--no-dht",
             "--listen",
             "127.0.0.1:0",
             "-q",
@@ -237,7 +238,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         }
     }
     rep.note(&format!(
-        "{} MiB file in the page cache, {} KiB pieces; weir: spawn to exit of `weir get --recheck --no-trackers` with every piece on disk; libtorrent: python3-libtorrent adapter from a fresh add (no resume data) to seeding, in a namespace holding only lo; floor: the file at {cores} x the single-core SHA-1 rate (sha1 crate, this process); load average before: {load_before}, after: {}",
+        "{} MiB file in the page cache, {} KiB pieces; weir: spawn to exit of `weir get --recheck --no-trackers --no-dht` with every piece on disk; libtorrent: python3-libtorrent adapter from a fresh add (no resume data) to seeding, in a namespace holding only lo; floor: the file at {cores} x the single-core SHA-1 rate (sha1 crate, this process); load average before: {load_before}, after: {}",
         size >> 20,
         piece >> 10,
         load_average()

@@ -3,14 +3,17 @@
 //! verifies the info dictionary against the info-hash; this module only
 //! dials, shakes hands and moves its frames.
 //!
-//! Peers come from the link (`x.pe`), from `--peer`, and from one announce
-//! to each of the link's trackers (`tr`), all under the network policy.
+//! Peers come from the link (`x.pe`), from `--peer`, from one announce
+//! to each of the link's trackers (`tr`) and, with [`fetch_with`], from
+//! a stream of later peers (the engine's DHT lookups,
+//! `EngineHandle::dht_peers`), all under the network policy.
 //! Several peers are asked at once; a peer whose pieces do not hash is
 //! dropped (the fetcher says so) and counted. The result is a `.torrent`
 //! (the verified dictionary plus the link's trackers) that the caller adds
 //! to the engine like any other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -76,6 +79,16 @@ pub enum FetchFailure {
     Invalid(#[from] metadata::FetchError),
 }
 
+/// Peers remembered (and dialled at most once each) in one fetch.
+pub const MAX_KNOWN: usize = 1000;
+
+/// Times one peer is dialled in a fetch, at most (a peer reported again by
+/// the DHT after it failed is tried again, as a seeder may not have been
+/// ready).
+pub const MAX_TRIES: u8 = 4;
+/// A failed peer is dialled again no sooner than this.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// What a connection task reports.
 enum Report {
     Up { conn: u32, writer: OwnedWriteHalf },
@@ -85,6 +98,17 @@ enum Report {
 
 /// Fetches the info dictionary `m` names. See the module docs.
 pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, FetchFailure> {
+    fetch_with(m, opts, None).await
+}
+
+/// As [`fetch`], also dialling the peers that arrive on `more` while it
+/// runs (DHT results). With `more`, no peer at the start is not an error:
+/// the fetch waits for some until its timeout.
+pub async fn fetch_with(
+    m: &Magnet,
+    opts: &FetchOptions,
+    mut more: Option<mpsc::Receiver<Vec<SocketAddr>>>,
+) -> Result<FetchedMetadata, FetchFailure> {
     let info_hash = m.info_hash.ok_or(FetchFailure::NoInfoHash)?;
     let mut known: Vec<SocketAddr> = opts.peers.clone();
     for p in &m.peers {
@@ -103,9 +127,12 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
     known.retain(|a| opts.policy.allows(a.ip()));
     known.sort();
     known.dedup();
-    if known.is_empty() {
+    known.truncate(MAX_KNOWN);
+    if known.is_empty() && more.is_none() {
         return Err(FetchFailure::NoPeers);
     }
+    let mut seen: HashSet<SocketAddr> = known.iter().copied().collect();
+    let mut queue: VecDeque<SocketAddr> = known.iter().copied().collect();
     let cfg = FetcherConfig {
         trackers: m.trackers.clone(),
         ..FetcherConfig::default()
@@ -114,20 +141,29 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
     let (tx, mut rx) = mpsc::channel::<Report>(64);
     let mut writers: HashMap<u32, OwnedWriteHalf> = HashMap::new();
     let mut tasks = Vec::new();
-    let mut next = known.iter().copied().enumerate();
+    let mut next_conn = 0u32;
     let mut live = 0usize;
     let mut asked = 0usize;
     let mut last_why = String::from("none answered");
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let limits = MetadataLimits::default();
-    let mut dial_more = |live: &mut usize, tasks: &mut Vec<tokio::task::JoinHandle<()>>| {
+    // Each dial's address (connection `n` is `dialled[n - 1]`), and the
+    // failed ones: tries and when.
+    let mut dialled: Vec<SocketAddr> = Vec::new();
+    let mut failed: HashMap<SocketAddr, (u8, Instant)> = HashMap::new();
+    let mut dial_more = |live: &mut usize,
+                         tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+                         queue: &mut VecDeque<SocketAddr>,
+                         dialled: &mut Vec<SocketAddr>| {
         while *live < opts.max_dials.max(1) {
-            let Some((i, addr)) = next.next() else {
+            let Some(addr) = queue.pop_front() else {
                 break;
             };
             *live += 1;
+            next_conn += 1;
+            dialled.push(addr);
             tasks.push(tokio::spawn(peer(
-                i as u32,
+                next_conn,
                 addr,
                 info_hash,
                 opts.clone(),
@@ -135,7 +171,7 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
             )));
         }
     };
-    dial_more(&mut live, &mut tasks);
+    dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
     let result = loop {
         let tick = fetcher
             .poll_timeout()
@@ -174,21 +210,46 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
                     }
                     Some(Report::Msg { .. }) => {}
                     Some(Report::Down { conn, why }) => {
+                        tracing::debug!("metadata: peer {conn}: {why}");
                         last_why = why;
                         live = live.saturating_sub(1);
                         fetcher.remove_peer(conn, now);
                         writers.remove(&conn);
-                        dial_more(&mut live, &mut tasks);
+                        if let Some(a) = dialled.get(conn as usize - 1) {
+                            failed.entry(*a).or_insert((0, now)).1 = now;
+                        }
+                        dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
                     }
                     None => {}
                 }
+            }
+            Some(found) = next_peers(&mut more) => {
+                tracing::debug!("metadata: {} more peers: {found:?}", found.len());
+                let now = Instant::now();
+                for a in found {
+                    if !opts.policy.allows(a.ip()) {
+                        continue;
+                    }
+                    if seen.len() < MAX_KNOWN && seen.insert(a) {
+                        queue.push_back(a);
+                    } else if let Some((tries, at)) = failed.get_mut(&a)
+                        && *tries + 1 < MAX_TRIES
+                        && now.saturating_duration_since(*at) >= RETRY_AFTER
+                    {
+                        // Tried and failed: once more, later.
+                        *tries += 1;
+                        *at = now + opts.timeout;
+                        queue.push_back(a);
+                    }
+                }
+                dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
             }
             _ = tokio::time::sleep_until(tick) => {
                 if tokio::time::Instant::now() >= deadline {
                     break Err(FetchFailure::Timeout {
                         secs: opts.timeout.as_secs(),
                         asked,
-                        known: known.len(),
+                        known: seen.len(),
                         why: last_why.clone(),
                     });
                 }
@@ -225,6 +286,20 @@ pub async fn fetch(m: &Magnet, opts: &FetchOptions) -> Result<FetchedMetadata, F
         );
     }
     result
+}
+
+/// The next peers from `more` (never, without one or once it ended).
+async fn next_peers(more: &mut Option<mpsc::Receiver<Vec<SocketAddr>>>) -> Option<Vec<SocketAddr>> {
+    match more {
+        Some(rx) => match rx.recv().await {
+            Some(v) => Some(v),
+            None => {
+                *more = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// One announce to each of the link's trackers, for peers.

@@ -389,6 +389,32 @@ impl PolicedUdp {
         }
     }
 
+    /// Waits until a datagram may be read without blocking (then
+    /// [`PolicedUdp::try_recv_from`] drains what is there, for batches).
+    pub async fn readable(&self) -> io::Result<()> {
+        self.sock.readable().await
+    }
+
+    /// Reads one waiting datagram without blocking: `Ok(Some((len,
+    /// from)))` from an allowed source, `Ok(None)` for one from outside the
+    /// policy (dropped quietly: a flood of them must not flood the log
+    /// either), `Err(WouldBlock)` when none is waiting.
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        let (n, from) = self.sock.try_recv_from(buf)?;
+        if self.policy.allows(from.ip()) {
+            Ok(Some((n, from)))
+        } else {
+            tracing::debug!("datagram from {from} dropped: outside network policy");
+            Ok(None)
+        }
+    }
+
+    /// Whether the policy lets a datagram go to `to` (what
+    /// [`PolicedUdp::send_to`] checks first).
+    pub fn allows(&self, to: SocketAddr) -> bool {
+        self.policy.allows(to.ip())
+    }
+
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()

@@ -140,6 +140,49 @@ fn transmission_remote_drives_a_download_from_a_libtorrent_seeder() -> anyhow::R
 }
 
 #[test]
+fn session_get_reports_the_dht_and_the_daemon_keeps_its_table() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmdht")?;
+    let dir = TempDir::new("daemon-dht")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.subdir("state")?;
+    let logs = dir.subdir("logs")?;
+    // With a DHT (bootstrapped from a node that is not there: loopback only).
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon-dht",
+        &["--dht-bootstrap", "127.0.0.9:6881"],
+    )?;
+    let s = rpc(&ns, "session-get", serde_json::json!({}))?;
+    assert_eq!(s["dht-enabled"], serde_json::json!(true), "{s}");
+    // A session-set cannot turn it off behind the engine's back.
+    rpc(
+        &ns,
+        "session-set",
+        serde_json::json!({"dht-enabled": false}),
+    )?;
+    let s = rpc(&ns, "session-get", serde_json::json!({}))?;
+    assert_eq!(s["dht-enabled"], serde_json::json!(true), "{s}");
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    let table = std::fs::read(state.join("dht.table"))?;
+    assert!(
+        table.starts_with(b"d") && table.ends_with(b"e"),
+        "{table:?}"
+    );
+    // --no-dht: off.
+    let mut daemon = Daemon::start(&ns, &downloads, &state, &logs, "weir-daemon-nodht", &[])?;
+    let s = rpc(&ns, "session-get", serde_json::json!({}))?;
+    assert_eq!(s["dht-enabled"], serde_json::json!(false), "{s}");
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}
+
+#[test]
 fn a_damaged_state_file_is_refused_naming_it() -> anyhow::Result<()> {
     if !ready()? {
         return Ok(());

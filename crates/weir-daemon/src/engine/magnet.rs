@@ -104,7 +104,12 @@ impl EngineBackend {
                     timeout: FETCH_TIMEOUT,
                     max_dials: 8,
                 };
-                let r = weir_runtime::magnet::fetch(&magnet, &opts).await;
+                // The DHT's peers for the info-hash as well (none without a DHT).
+                let from_dht = match magnet.info_hash {
+                    Some(ih) => me.0.engine.dht_peers(ih).await.ok(),
+                    None => None,
+                };
+                let r = weir_runtime::magnet::fetch_with(&magnet, &opts, from_dht).await;
                 match r {
                     Ok(got) => {
                         me.got_metadata(id, got).await;

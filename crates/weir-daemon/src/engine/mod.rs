@@ -70,6 +70,9 @@ pub struct BackendConfig {
     pub listen_ip: Option<IpAddr>,
     /// Ask a magnet's trackers for peers to fetch its metadata from.
     pub use_trackers: bool,
+    /// The engine runs a DHT node (`dht-enabled` in session-get; fixed at
+    /// start: a session-set cannot change it).
+    pub dht_enabled: bool,
     /// The engine's MSE/PE policy at start (`--encryption`); a
     /// `session-set` of `encryption` changes it (and is kept).
     pub encryption: weir_bt::mse::Encryption,
@@ -310,6 +313,7 @@ impl EngineBackend {
         }
         inner.settings.blocklist_enabled = false;
         inner.settings.peer_port = cfg.peer_port;
+        inner.settings.dht_enabled = cfg.dht_enabled;
         if let Some((kbps, enabled)) = state.caps.down {
             inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };
         }

@@ -166,12 +166,15 @@ struct Driver {
     transfer_caps: HashMap<TransferId, (Arc<SharedBucket>, Arc<SharedBucket>)>,
     /// MSE/PE: the policy, the session's SKEYs, counts.
     mse: MseCtx,
+    /// The DHT node and the UDP socket (`engine/dht.rs`, `engine/udp.rs`).
+    dht: Option<super::dht::DhtGlue>,
 }
 
 pub(super) fn spawn(
     cfg: EngineConfig,
     bt: Option<TcpListener>,
     ed2k: Option<TcpListener>,
+    dht: Option<super::dht::DhtGlue>,
 ) -> (
     mpsc::Sender<Msg>,
     watch::Receiver<Snapshot>,
@@ -213,6 +216,7 @@ pub(super) fn spawn(
         open_slots: Arc::new(tokio::sync::Semaphore::new(OPENS_AT_ONCE)),
         transfer_caps: HashMap::new(),
         mse,
+        dht,
     };
     if driver.cfg.accept_at_start {
         driver.start_accepting();
@@ -270,6 +274,10 @@ impl Driver {
             // workers catch up; each piece they finish wakes this loop.
             // Everything else is still heard.
             let backlogged = self.backlog() > storage::BACKLOG_LIMIT;
+            let dht_wake = self
+                .dht
+                .as_ref()
+                .map(|d| tokio::time::Instant::from_std(d.poll_timeout()));
             tokio::select! {
                 biased;
                 Some((t, ev)) = storage_rx.recv() => {
@@ -290,6 +298,16 @@ impl Driver {
                 },
                 Some(m) = data_rx.recv(), if !backlogged => self.handle(m),
                 _ = sleep_until(deadline) => self.session.handle_timeout(Instant::now()),
+                Some(batch) = dht_recv(&mut self.dht) => {
+                    if let Some(d) = &mut self.dht {
+                        d.on_datagrams(batch, &mut self.session);
+                    }
+                }
+                _ = sleep_until(dht_wake) => {
+                    if let Some(d) = &mut self.dht {
+                        d.handle_timeout(&mut self.session);
+                    }
+                }
                 _ = report.tick() => self.publish(false),
             }
             self.carry_out();
@@ -650,6 +668,9 @@ impl Driver {
             }
             TransferEvent::Checked => {
                 self.start_trackers(id);
+                if let Some(d) = &mut self.dht {
+                    d.add_torrent(id, &mut self.session);
+                }
                 self.publish(false);
             }
             TransferEvent::Verified(_) => {}
@@ -801,6 +822,21 @@ impl Driver {
                 if let Some(a) = self.announcers.get(&id) {
                     a.reannounce();
                 }
+            }
+            Command::DhtWatch(info_hash, reply) => {
+                let r = match &mut self.dht {
+                    Some(d) => d.watch(info_hash, &mut self.session),
+                    None => Err(super::DhtError::Off),
+                };
+                let _ = reply.send(r);
+            }
+            Command::DhtAddNodes(nodes) => {
+                if let Some(d) = &mut self.dht {
+                    d.add_nodes(&nodes, &mut self.session);
+                }
+            }
+            Command::DhtStatus(reply) => {
+                let _ = reply.send(self.dht.as_ref().map(super::dht::DhtGlue::status));
             }
             Command::Stop => self.stopping = true,
         }
@@ -1066,6 +1102,9 @@ impl Driver {
         for (_, f) in self.forwarders.drain() {
             f.abort();
         }
+        if let Some(d) = self.dht.take() {
+            d.close().await;
+        }
     }
 }
 
@@ -1086,6 +1125,14 @@ fn split_path(p: &std::path::Path) -> (std::path::PathBuf, String) {
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     (dir, name)
+}
+
+/// The DHT socket's next batch (never, without a DHT).
+async fn dht_recv(dht: &mut Option<super::dht::DhtGlue>) -> Option<Vec<super::udp::Datagram>> {
+    match dht {
+        Some(d) => d.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -18,10 +18,12 @@
 //! daemon all drive the same engine; the simulator drives the same session
 //! in virtual time.
 
+pub mod dht;
 mod driver;
 mod mse;
 mod spec;
 mod trackers;
+pub mod udp;
 mod wire;
 
 use std::net::SocketAddr;
@@ -39,6 +41,7 @@ use weir_session::{SessionConfig, TransferId, TransferInfo};
 use crate::bandwidth::Limiter;
 use crate::storage::{OpenError, OpenOptions};
 
+pub use dht::{DhtError, DhtSettings, DhtStatus};
 pub use driver::Snapshot;
 
 /// How to run an engine.
@@ -77,6 +80,9 @@ pub struct EngineConfig {
     /// MSE/PE policy for BitTorrent connections (`--encryption`): what
     /// outgoing connections try, what incoming ones may be.
     pub encryption: weir_bt::mse::Encryption,
+    /// The DHT node (BEP 5) on the engine's UDP socket (`None`: no DHT,
+    /// no UDP socket).
+    pub dht: Option<DhtSettings>,
 }
 
 impl EngineConfig {
@@ -96,6 +102,7 @@ impl EngineConfig {
             ed2k_user_hash: None,
             accept_at_start: true,
             encryption: weir_bt::mse::Encryption::default(),
+            dht: None,
         }
     }
 }
@@ -297,6 +304,13 @@ pub(crate) enum Command {
     Reannounce(TransferId),
     /// The MSE/PE policy for connections opened from now on.
     SetEncryption(weir_bt::mse::Encryption),
+    /// Peers of an info-hash from the DHT, for a magnet (see `dht.rs`).
+    DhtWatch(
+        [u8; 20],
+        oneshot::Sender<Result<mpsc::Receiver<Vec<SocketAddr>>, DhtError>>,
+    ),
+    DhtAddNodes(Vec<SocketAddr>),
+    DhtStatus(oneshot::Sender<Option<DhtStatus>>),
     Stop,
 }
 
@@ -310,6 +324,8 @@ pub struct Engine {
     pub bt_addr: Option<SocketAddr>,
     /// The address eD2k clients reach us on, if listening.
     pub ed2k_addr: Option<SocketAddr>,
+    /// The UDP address of the DHT node, if running.
+    pub dht_addr: Option<SocketAddr>,
 }
 
 /// Sends commands to a running engine (cloneable; for signal handlers and
@@ -353,13 +369,42 @@ impl Engine {
                 cfg.session.own_ips.push(a.ip());
             }
         }
-        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k);
+        let dht = match &cfg.dht {
+            Some(s) => Some(
+                dht::DhtGlue::start(
+                    s,
+                    &cfg.session.policy,
+                    bt_addr,
+                    cfg.session.bt_port,
+                    cfg.session.seed ^ 0x0d47_5eed,
+                )
+                .await
+                .map_err(|source| EngineError::Listen {
+                    addr: s
+                        .listen
+                        .or(bt_addr)
+                        .unwrap_or(SocketAddr::from(([0; 4], 0))),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let dht_addr = dht.as_ref().map(dht::DhtGlue::local_addr);
+        let routers = cfg
+            .dht
+            .as_ref()
+            .map(|s| s.routers.clone())
+            .unwrap_or_default();
+        let policy = cfg.session.policy.clone();
+        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k, dht);
+        dht::resolve_routers(&policy, routers, tx.clone());
         Ok(Engine {
             tx,
             progress,
             task,
             bt_addr,
             ed2k_addr,
+            dht_addr,
         })
     }
 
@@ -501,6 +546,29 @@ impl EngineHandle {
     /// (open ones stay as they are).
     pub async fn set_encryption(&self, policy: weir_bt::mse::Encryption) {
         self.command(Command::SetEncryption(policy)).await;
+    }
+
+    /// Peers of `info_hash` found through the DHT (for a magnet link before
+    /// its metadata), as they come, until the receiver is dropped.
+    pub async fn dht_peers(
+        &self,
+        info_hash: [u8; 20],
+    ) -> Result<mpsc::Receiver<Vec<SocketAddr>>, DhtError> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::DhtWatch(info_hash, tx)).await;
+        rx.await.map_err(|_| DhtError::Off)?
+    }
+
+    /// Asks the DHT node to ping these nodes and keep those that answer.
+    pub async fn dht_add_nodes(&self, nodes: Vec<SocketAddr>) {
+        self.command(Command::DhtAddNodes(nodes)).await;
+    }
+
+    /// The DHT's figures (`None`: no DHT).
+    pub async fn dht_status(&self) -> Option<DhtStatus> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::DhtStatus(tx)).await;
+        rx.await.ok().flatten()
     }
 
     /// Every transfer now.

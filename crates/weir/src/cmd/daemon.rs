@@ -46,9 +46,14 @@ pub(crate) struct Args {
     /// `speed-limit-up`, `speed-limit-up-enabled` (kB/s).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// No DHT (weir's engine does not run one yet: accepted for scripts).
+    /// No DHT (BEP 5): no UDP socket, no lookups, no announces.
     #[arg(long)]
     no_dht: bool,
+    /// DHT node to bootstrap from (repeatable; replaces the public
+    /// routers, used only when --allow lets weir reach every address).
+    /// The routing table is kept in --state (dht.table) and reused.
+    #[arg(long = "dht-bootstrap", value_name = "HOST:PORT")]
+    dht_bootstrap: Vec<String>,
     /// Do not announce to trackers.
     #[arg(long)]
     no_trackers: bool,
@@ -162,6 +167,24 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
     let user_hash =
         userhash::load(&uh_path).with_context(|| format!("user hash ({})", uh_path.display()))?;
     let addrs = crate::cmd::listen_addrs(args.listen, 2);
+    let dht = if args.no_dht {
+        None
+    } else {
+        let mut nodes = Vec::new();
+        for b in &args.dht_bootstrap {
+            nodes.extend(
+                weir_runtime::net::resolve_host_port(&ctx.policy, b)
+                    .map_err(|e| bad_input(format!("--dht-bootstrap {b}: {e}")))?,
+            );
+        }
+        std::fs::create_dir_all(&state_dir)
+            .map_err(|e| bad_input(format!("--state {}: {e}", state_dir.display())))?;
+        Some(weir_runtime::engine::DhtSettings::new(
+            nodes,
+            &ctx.policy,
+            Some(state_dir.join("dht.table")),
+        ))
+    };
     let rt = crate::cmd::runtime()?;
     rt.block_on(async move {
         let mut signals = Signals::new()?;
@@ -178,6 +201,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         cfg.use_trackers = !args.no_trackers;
         cfg.keep_running = true;
         cfg.encryption = args.encryption;
+        cfg.dht = dht;
         cfg.down = Limiter::new(vec![down.clone()]);
         cfg.up = Limiter::new(vec![up.clone()]);
         let engine = Engine::start(cfg).await.map_err(engine_error)?;
@@ -193,6 +217,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 listen_ip: bt_addr.map(|a| a.ip()),
                 use_trackers: !args.no_trackers,
                 encryption: args.encryption,
+                dht_enabled: engine.dht_addr.is_some(),
             },
             engine.handle(),
         )

@@ -31,6 +31,15 @@ pub(crate) struct TransferOpts {
     /// them ours. Private torrents never use it.
     #[arg(long)]
     pub(crate) no_pex: bool,
+    /// DHT node to bootstrap from (repeatable; replaces the public
+    /// routers, which are used only when --allow lets weir reach every
+    /// address). Under a narrower --allow and without this the DHT has no
+    /// node to start from: it only answers nodes that reach it.
+    #[arg(long = "dht-bootstrap", value_name = "HOST:PORT")]
+    pub(crate) dht_bootstrap: Vec<String>,
+    /// No DHT (BEP 5): no UDP socket, no lookups, no announces.
+    #[arg(long)]
+    pub(crate) no_dht: bool,
     /// eD2k server to log into, to find sources and be found (repeatable).
     #[arg(long = "server", value_name = "IP:PORT")]
     pub(crate) servers: Vec<SocketAddr>,
@@ -199,9 +208,11 @@ pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<S
     Ok(out)
 }
 
-/// Why weir has no way to find peers for `meta` (`None`: it has some).
-pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> {
-    if !opts.peers.is_empty() {
+/// Why weir has no way to find peers for `meta` (`None`: it has some;
+/// the DHT is one for a torrent that is not private when `dht_finds`:
+/// it has a node to start from, see [`dht_finds`]).
+pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts, dht_finds: bool) -> Option<String> {
+    if !opts.peers.is_empty() || dht_finds && !meta.info.private {
         return None;
     }
     let has_trackers = meta.trackers().iter().any(|t| !t.is_empty());
@@ -210,6 +221,37 @@ pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts) -> Option<String> 
         (true, true) => Some("--no-trackers was given and no --peer".into()),
         (false, _) => Some("the torrent lists no tracker and no --peer was given".into()),
     }
+}
+
+/// Whether the DHT of a run can find peers by itself: it runs and has a
+/// node to start from (`--dht-bootstrap`, or the public routers under a
+/// policy that allows every address).
+pub(crate) fn dht_finds(ctx: &Ctx, opts: &TransferOpts) -> bool {
+    !opts.no_dht && (!opts.dht_bootstrap.is_empty() || ctx.policy.allows_name_resolution())
+}
+
+/// The DHT settings of a run (`None`: `--no-dht`): `--dht-bootstrap`
+/// resolved under the policy (bad input if unusable), the routing table
+/// kept at `table`.
+pub(crate) fn dht_settings(
+    ctx: &Ctx,
+    opts: &TransferOpts,
+    table: Option<PathBuf>,
+) -> anyhow::Result<Option<weir_runtime::engine::DhtSettings>> {
+    if opts.no_dht {
+        return Ok(None);
+    }
+    let mut nodes = Vec::new();
+    for b in &opts.dht_bootstrap {
+        let addrs = weir_runtime::net::resolve_host_port(&ctx.policy, b)
+            .map_err(|e| bad_input(format!("--dht-bootstrap {b}: {e}")))?;
+        nodes.extend(addrs);
+    }
+    Ok(Some(weir_runtime::engine::DhtSettings::new(
+        nodes,
+        &ctx.policy,
+        table,
+    )))
 }
 
 /// What to check when a torrent's sources give no peer.

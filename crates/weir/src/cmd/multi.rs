@@ -124,6 +124,17 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
         cfg.encryption = opts.encryption;
+        // The DHT finds torrents' peers (magnets included); the routing
+        // table is kept next to the resume data, never in a directory
+        // being seeded (weir seed writes nothing there).
+        if cfg.bt_listen.is_some() {
+            let table = (!run.dir.seed_only).then(|| run.out.join(".weir-dht-table"));
+            cfg.dht = crate::cmd::get::dht_settings(ctx, opts, table)?;
+            if cfg.dht.as_ref().is_some_and(|d| d.table.is_some()) {
+                std::fs::create_dir_all(&run.out)
+                    .with_context(|| format!("creating {}", run.out.display()))?;
+            }
+        }
         cfg.down = limiter(&opts.max_down, "--max-down")?;
         cfg.up = limiter(&opts.max_up, "--max-up")?;
         let mut signals = Signals::new()?;
@@ -133,6 +144,9 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         }
         if let Some(a) = engine.ed2k_addr {
             tracing::info!("eD2k: listening on {a}");
+        }
+        if let Some(a) = engine.dht_addr {
+            tracing::info!("DHT: UDP {a}");
         }
         let open = OpenOptions {
             mode: if run.dir.seed_only {
@@ -157,7 +171,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         for (meta, peers) in torrents.iter().zip(torrent_peers) {
             // Peers to dial (--peer, a magnet's x.pe) are a way to find some.
             let why = if peers.is_empty() {
-                crate::cmd::get::no_source(meta, opts)
+                crate::cmd::get::no_source(meta, opts, crate::cmd::get::dht_finds(ctx, opts))
             } else {
                 None
             };
@@ -322,6 +336,14 @@ async fn magnet_torrent(
     }
     let label = m.name.clone().unwrap_or_else(|| hex.clone());
     tracing::info!("{label}: fetching the metadata (BEP 9) from the link's peers");
+    // The DHT's peers for the info-hash too, as they are found.
+    // (Only when it has a node to start from: a DHT with none would only
+    // make a magnet with no other source wait for nothing.)
+    let from_dht = if crate::cmd::get::dht_finds(ctx, run.opts) {
+        engine.handle().dht_peers(ih).await.ok()
+    } else {
+        None
+    };
     let opts = weir_runtime::magnet::FetchOptions {
         policy: ctx.policy.clone(),
         peers: peers.to_vec(),
@@ -332,7 +354,7 @@ async fn magnet_torrent(
         timeout: Duration::from_secs(run.opts.peer_wait.max(10)),
         max_dials: 8,
     };
-    let got = weir_runtime::magnet::fetch(m, &opts)
+    let got = weir_runtime::magnet::fetch_with(m, &opts, from_dht)
         .await
         .map_err(|e| match e {
             weir_runtime::magnet::FetchFailure::NoPeers

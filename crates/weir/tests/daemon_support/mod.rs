@@ -150,8 +150,11 @@ impl Daemon {
             .arg(downloads)
             .arg("--state")
             .arg(state)
-            .arg("--no-dht")
             .args(extra);
+        // No DHT unless the test asks for one (with --dht-bootstrap).
+        if !extra.iter().any(|a| a.starts_with("--dht")) {
+            cmd.arg("--no-dht");
+        }
         let mut proc = Proc::spawn_logged(name, &mut cmd, logs)?;
         let addr: SocketAddr = RPC.parse()?;
         if let Err(e) = ns.wait_port(addr, Duration::from_secs(30)) {

@@ -1,22 +1,21 @@
 //! The kill -9 suite at CI size (`weir bench killsuite` runs it at 1 GiB):
 //! a download from a local seeder through a rate-capped link emulator,
 //! killed with SIGKILL at 20 seeded-random moments and restarted each time,
-//! ends byte-identical having pulled at most 1.02x the file in all (the
-//! link counts what it delivered), for BitTorrent and for eD2k, and for
+//! ends byte-identical having pulled at most the file plus 1 MiB per kill
+//! (the link counts what it delivered; the bench's goal, 1.02x, is at 1 GiB),
+//! for BitTorrent and for eD2k, and for
 //! `weir daemon` (given the torrent once over RPC, restarted on the same
 //! `--state` after each kill).
 //!
 //! What a kill costs is what was in flight: the packet arriving (eD2k: a
 //! weir seeder sends 180 KiB per packet), data read and not yet written.
-//! That is a fixed amount per kill (~50-200 KB here), so the sizes are
-//! chosen for the 1.02x to measure weir rather than that floor: 128 MiB
-//! for BitTorrent, 256 MiB for eD2k and the daemon (at 128 MiB the daemon
-//! lost 90-234 kB per kill here and passed 1.02x in 2 of 4 runs: a
-//! restart also costs the announce and the dial). The suites run one at
-//! a time.
+//! That is an amount per kill (~50-430 kB here, more on a loaded machine),
+//! so the bound is per kill. Sizes: 128 MiB for BitTorrent, 256 MiB for
+//! eD2k and the daemon (a restart also costs the announce and the dial).
+//! The suites run one at a time.
 //!
 //! It fails if resume after a kill breaks: every restart would fetch again
-//! what the killed runs had (at 20 kills, far over 1.02x); and if
+//! what the killed runs had (at 20 kills, many MiB per kill); and if
 //! partly written pieces stopped being continued (an eD2k part is 9.28 MB).
 
 use std::path::PathBuf;
@@ -62,10 +61,33 @@ fn suite(protocol: Protocol, size: u64, seed: u64) {
         "only {} kills before the download ended",
         o.killed
     );
-    // At least the file (linkem saw it all go through), at most 1.02x.
+    // At least the file (linkem saw it all go through).
     assert!(o.pulled >= o.size, "pulled {} of {}", o.pulled, o.size);
-    assert!(o.ratio() <= 1.02, "pulled {:.4}x the file", o.ratio());
+    // At most what was in flight at each kill. The 1.02x goal is the
+    // bench's, at 1 GiB (1.0040x for eD2k, 1.0109x for BitTorrent there);
+    // at CI size the same in-flight bytes are a larger share, and they
+    // grow with load: a loaded CI machine reads its sockets later, so more
+    // waits in the kernel's receive buffer when the kill lands (eD2k lost
+    // 346 and 430 kB per kill on two loaded runs, 1.026x and 1.032x of
+    // 256 MiB). So the bound here is per kill: 1 MiB, more than any kill
+    // cost on record and far under what a broken resume costs (a restart
+    // from zero refetches everything; a part not continued, up to 9.28 MB).
+    let excess = o.pulled - o.size;
+    let bound = o.killed as u64 * PER_KILL;
+    assert!(
+        excess <= bound,
+        "pulled {:.4}x the file: {} B over it, more than {} kills x {} B in flight",
+        o.ratio(),
+        excess,
+        o.killed,
+        PER_KILL
+    );
 }
+
+/// The most a kill may cost at CI size: what can be in flight when it
+/// lands (the packet being read, the socket's receive buffer, reads not
+/// yet written).
+const PER_KILL: u64 = 1 << 20;
 
 #[test]
 fn bittorrent_survives_20_kills() {

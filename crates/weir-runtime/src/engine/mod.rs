@@ -97,7 +97,7 @@ impl EngineConfig {
             handshake_timeout: Duration::from_secs(15),
             use_trackers: true,
             keep_running: false,
-            storage_workers: 2,
+            storage_workers: crate::storage::hash_threads(),
             report_every: Duration::from_millis(250),
             ed2k_user_hash: None,
             accept_at_start: true,

@@ -246,6 +246,20 @@ impl Files {
         } else {
             BytesMut::zeroed(len)
         };
+        self.read_into(offset, &mut buf[..len])?;
+        let out = buf.split_to(len).freeze();
+        if buf.capacity() > 0 {
+            // Handed out again once `out` (and every slice of it) is gone.
+            pool.give(buf);
+        }
+        Ok(out)
+    }
+
+    /// Fills `buf` with the transfer's bytes at `offset`: what [`Self::read`]
+    /// does, into the caller's buffer (a recheck reuses one buffer for every
+    /// run of pieces it reads).
+    pub(crate) fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        let len = buf.len();
         let mut at = 0usize;
         for (fi, foff, n) in self.layout.map(offset, len as u64) {
             let n = n as usize;
@@ -285,12 +299,7 @@ impl Files {
                 },
             });
         }
-        let out = buf.split_to(len).freeze();
-        if buf.capacity() > 0 {
-            // Handed out again once `out` (and every slice of it) is gone.
-            pool.give(buf);
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// The pieces a failed read makes unusable: for a truncated file, every

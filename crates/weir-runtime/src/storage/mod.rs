@@ -50,7 +50,7 @@ use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
 
 pub use error::OpenError;
 pub use open::{DeriveDigests, OpenOptions, Opened, TransferSpec, open};
-pub use pool::Closing;
+pub use pool::{Closing, hash_threads};
 pub use weir_core::resume::Mode;
 
 use files::{Files, WriteError};

@@ -14,6 +14,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::Geometry;
@@ -84,7 +85,7 @@ impl OpenOptions {
             space_check: true,
             journal: true,
             verified_by_caller: false,
-            workers: 2,
+            workers: super::hash_threads(),
         }
     }
 
@@ -415,7 +416,38 @@ pub fn open(
     })
 }
 
-/// Hashes `pieces` from storage on `workers` threads; the ones that match.
+/// How much one read of a recheck covers: whole pieces, in order, up to
+/// this many bytes (one piece when a piece is larger). Large sequential
+/// reads into one buffer per worker, instead of an allocation and a read
+/// per piece.
+const RUN_BYTES: u64 = 8 << 20;
+
+/// Runs of consecutive pieces of `pieces`, each at most [`RUN_BYTES`] (or
+/// one piece): `(first piece, count)`.
+fn runs(geo: &Geometry, pieces: &Bitfield) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut bytes = 0u64;
+    for p in pieces.iter_ones() {
+        let size = u64::from(geo.piece_size(p));
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == p && bytes + size <= RUN_BYTES => {
+                *count += 1;
+                bytes += size;
+            }
+            _ => {
+                out.push((p, 1));
+                bytes = size;
+            }
+        }
+    }
+    out
+}
+
+/// Hashes `pieces` on `workers` threads and returns those that verify.
+/// Workers take runs of consecutive pieces in order (so the file is read
+/// front to back, in [`RUN_BYTES`] reads into one reused buffer each); a
+/// run that cannot be read whole (a short or unreadable file) is read
+/// again piece by piece, so one bad region costs only its own pieces.
 fn hash_pieces(
     files: &Files,
     geo: &Geometry,
@@ -423,25 +455,43 @@ fn hash_pieces(
     pieces: &Bitfield,
     workers: usize,
 ) -> Bitfield {
-    let list: Vec<u32> = pieces.iter_ones().collect();
-    let workers = workers.clamp(1, 8);
+    let runs = runs(geo, pieces);
+    let workers = workers.clamp(1, 8).min(runs.len().max(1));
+    let next = AtomicUsize::new(0);
     let mut out = Bitfield::new(geo.piece_count());
     let results: Vec<Vec<u32>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let list = &list;
+            .map(|_| {
+                let (runs, next) = (&runs, &next);
                 s.spawn(move || {
                     let v = PieceVerifier::new(*geo, digests.clone());
-                    list.iter()
-                        .skip(w)
-                        .step_by(workers)
-                        .copied()
-                        .filter(|&p| {
-                            files
-                                .read(geo.piece_offset(p), geo.piece_size(p) as usize)
-                                .is_ok_and(|d| v.check(p, &d))
-                        })
-                        .collect::<Vec<u32>>()
+                    let mut buf = Vec::new();
+                    let mut good = Vec::new();
+                    while let Some(&(first, count)) = runs.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        let start = geo.piece_offset(first);
+                        let end = geo.piece_offset(first + count - 1)
+                            + u64::from(geo.piece_size(first + count - 1));
+                        let len = (end - start) as usize;
+                        if buf.len() < len {
+                            buf.resize(len, 0);
+                        }
+                        let whole = files.read_into(start, &mut buf[..len]).is_ok();
+                        for p in first..first + count {
+                            let at = (geo.piece_offset(p) - start) as usize;
+                            let data = &mut buf[at..at + geo.piece_size(p) as usize];
+                            let ok = if whole {
+                                v.check(p, data)
+                            } else {
+                                files.read_into(geo.piece_offset(p), data).is_ok()
+                                    && v.check(p, data)
+                            };
+                            if ok {
+                                good.push(p);
+                            }
+                        }
+                    }
+                    good
                 })
             })
             .collect();
@@ -487,5 +537,29 @@ impl Read for TransferReader<'_> {
         buf[..n].copy_from_slice(&data);
         self.at += n as u64;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recheck_reads_runs_of_consecutive_pieces_up_to_the_run_size() {
+        // 3 MiB pieces: two fit a run of 8 MiB, a third does not.
+        let geo = Geometry::new(10 * (3 << 20) + 5, 3 << 20, 16_384).unwrap();
+        let mut want = Bitfield::new(geo.piece_count());
+        for p in [0, 1, 2, 3, 5, 6, 10] {
+            want.set(p);
+        }
+        assert_eq!(runs(&geo, &want), [(0, 2), (2, 2), (5, 2), (10, 1)]);
+        // Pieces larger than a run: one each.
+        let big = Geometry::new(3 * (16 << 20), 16 << 20, 16_384).unwrap();
+        let mut all = Bitfield::new(big.piece_count());
+        for p in 0..3 {
+            all.set(p);
+        }
+        assert_eq!(runs(&big, &all), [(0, 1), (1, 1), (2, 1)]);
+        assert!(runs(&geo, &Bitfield::new(geo.piece_count())).is_empty());
     }
 }

@@ -157,11 +157,7 @@ impl DiskPool {
         if let Some(p) = &*g {
             return Ok(p.clone());
         }
-        let n = thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .clamp(2, 8);
-        let p = Arc::new(Self::start(n)?);
+        let p = Arc::new(Self::start(hash_threads())?);
         *g = Some(p.clone());
         Ok(p)
     }
@@ -404,4 +400,13 @@ fn journal_thread(rx: mpsc::Receiver<JournalMsg>) {
     for (_, a) in open {
         a.close();
     }
+}
+
+/// How many threads hash: one per core the process may use, 2 to 8 (the
+/// pool's hash workers, and a recheck's while a transfer opens).
+pub fn hash_threads() -> usize {
+    thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8)
 }

@@ -10,89 +10,16 @@
 //! python3-libtorrent are missing; with `CI` set it fails instead.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weir_core::policy::NetPolicy;
 use weir_dht::{Config, Dht, Event, Id, is_krpc};
+use weir_lab::bt::dht as lt_dht;
 use weir_lab::netns::Netns;
-use weir_lab::process::{Proc, stdout_lines, wait_line};
+use weir_lab::process::wait_line;
 use weir_lab::tmpdir::TempDir;
 use weir_runtime::net::PolicedUdp;
-
-const PYTHON: &str = "/usr/bin/python3";
-
-/// libtorrent as a DHT node (`node IP PORT [PEER...]`) or as a seeder of a
-/// generated 256 KiB torrent that announces itself every 2 s (`seed IP
-/// PORT PEER...`). LSD, UPnP, NAT-PMP and uTP are off, no bootstrap
-/// routers; it prints READY, INFOHASH and every announce it stores.
-const SCRIPT: &str = r#"
-import os, sys, time
-import libtorrent as lt
-mode, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-settings = {
-    'listen_interfaces': f'{ip}:{port}', 'outgoing_interfaces': ip,
-    'enable_dht': True, 'dht_bootstrap_nodes': '',
-    'dht_restrict_routing_ips': False, 'dht_restrict_search_ips': False,
-    'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
-    'enable_ip_notifier': False, 'enable_incoming_utp': False, 'enable_outgoing_utp': False,
-    'alert_mask': lt.alert.category_t.dht_notification | lt.alert.category_t.status_notification
-        | lt.alert.category_t.error_notification,
-}
-ses = lt.session(settings)
-for p in sys.argv[4:]:
-    h, pt = p.rsplit(':', 1)
-    ses.add_dht_node((h, int(pt)))
-handle = None
-if mode == 'seed':
-    d = os.path.join(os.path.dirname(sys.argv[0]), 'seed-data')
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, 'payload.bin')
-    with open(path, 'wb') as f:
-        f.write(bytes(range(256)) * 1024)
-    fs = lt.file_storage()
-    lt.add_files(fs, path)
-    ct = lt.create_torrent(fs, 16384)
-    lt.set_piece_hashes(ct, d)
-    ti = lt.torrent_info(ct.generate())
-    atp = lt.add_torrent_params()
-    atp.ti = ti
-    atp.save_path = d
-    atp.flags |= lt.torrent_flags.seed_mode
-    handle = ses.add_torrent(atp)
-    print('INFOHASH', str(ti.info_hash()), flush=True)
-print('READY', flush=True)
-last = 0.0
-while True:
-    for a in ses.pop_alerts():
-        if isinstance(a, lt.dht_announce_alert):
-            print('ANNOUNCE', str(a.info_hash), a.ip, a.port, flush=True)
-    if handle is not None and time.time() - last > 2:
-        handle.force_dht_announce()
-        last = time.time()
-    time.sleep(0.05)
-"#;
-
-fn start(
-    ns: &Netns,
-    dir: &TempDir,
-    name: &str,
-    args: &[&str],
-) -> anyhow::Result<(Proc, std::sync::mpsc::Receiver<String>)> {
-    let script = dir.path().join("lt_dht.py");
-    let mut cmd = ns.command(PYTHON);
-    cmd.arg(&script)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(
-            dir.path().join(format!("{name}.stderr")),
-        )?);
-    let mut p = Proc::spawn(name, &mut cmd)?;
-    let rx = stdout_lines(&mut p)?;
-    Ok((p, rx))
-}
 
 /// Drives `dht` over `sock` until `done` accepts an event (`Some`) or the
 /// node's state after a step (`None`), or `timeout` passes.
@@ -138,47 +65,37 @@ async fn drive(
     }
 }
 
-fn libtorrent_available() -> anyhow::Result<bool> {
-    if !weir_lab::ci::require_program(PYTHON)? {
-        return Ok(false);
-    }
-    let ok = Command::new(PYTHON)
-        .args(["-c", "import libtorrent"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        weir_lab::ci::unavailable("python3-libtorrent is not installed")?;
-    }
-    Ok(ok)
-}
-
 #[test]
 fn weir_finds_a_libtorrent_seeder_through_a_libtorrent_dht_node() -> anyhow::Result<()> {
-    if !weir_lab::ci::require_root_and_netns()? || !libtorrent_available()? {
+    if !weir_lab::ci::require_root_and_netns()? || !lt_dht::available()? {
         return Ok(());
     }
     let dir = TempDir::new("dht-lt")?;
-    std::fs::write(dir.path().join("lt_dht.py"), SCRIPT)?;
+    // The seeder's torrent: a 256 KiB file in 16 KiB pieces.
+    let seed_dir = dir.subdir("seed-data")?;
+    weir_lab::payload::write(&seed_dir.join("payload.bin"), 256 << 10, 3)?;
+    let torrent = dir.path().join("payload.torrent");
+    weir_lab::torrent::make(&seed_dir.join("payload.bin"), 16384, None, &torrent)?;
     let ns = Netns::new("dht")?;
     let node: SocketAddr = "127.0.0.2:6881".parse()?;
     let seeder: SocketAddr = "127.0.0.3:6881".parse()?;
     let t = Instant::now();
-    let (node_proc, node_out) = start(&ns, &dir, "lt-dht-node", &["node", "127.0.0.2", "6881"])?;
-    wait_line(
-        &node_out,
-        t + Duration::from_secs(30),
-        "libtorrent node READY",
-        |l| l == "READY",
-    )
-    .map_err(|e| anyhow::anyhow!("{e:#}; {}", node_proc.log_tail(20)))?;
-    let (_seed_proc, seed_out) = start(
+    let (_node_proc, node_out) =
+        lt_dht::start(&ns, &dir, "lt-dht-node", &["node", "127.0.0.2", "6881"])?;
+    let seed_path = seed_dir.to_string_lossy().into_owned();
+    let torrent_path = torrent.to_string_lossy().into_owned();
+    let (_seed_proc, seed_out) = lt_dht::start(
         &ns,
         &dir,
         "lt-seeder",
-        &["seed", "127.0.0.3", "6881", "127.0.0.2:6881"],
+        &[
+            "seed",
+            "127.0.0.3",
+            "6881",
+            &seed_path,
+            &torrent_path,
+            "127.0.0.2:6881",
+        ],
     )?;
     let ih_line = wait_line(
         &seed_out,
@@ -191,12 +108,12 @@ fn weir_finds_a_libtorrent_seeder_through_a_libtorrent_dht_node() -> anyhow::Res
     for (i, b) in ih.iter_mut().enumerate() {
         *b = u8::from_str_radix(&ih_hex[2 * i..2 * i + 2], 16).context("info-hash hex")?;
     }
-    let want = format!("ANNOUNCE {ih_hex} 127.0.0.3 6881");
-    wait_line(
+    lt_dht::wait_announce(
         &node_out,
-        Instant::now() + Duration::from_secs(30),
-        "the seeder's announce at the node",
-        |l| l == want,
+        &ih_hex,
+        "127.0.0.3",
+        6881,
+        Duration::from_secs(30),
     )?;
     println!(
         "libtorrent seeder announced to the libtorrent node after {:.2} s",
@@ -242,12 +159,12 @@ fn weir_finds_a_libtorrent_seeder_through_a_libtorrent_dht_node() -> anyhow::Res
         })
     })?;
     result?;
-    let want = format!("ANNOUNCE {} 127.0.0.4 7000", mine);
-    wait_line(
+    lt_dht::wait_announce(
         &node_out,
-        Instant::now() + Duration::from_secs(10),
-        "weir's announce stored by libtorrent",
-        |l| l == want,
+        &mine.to_string(),
+        "127.0.0.4",
+        7000,
+        Duration::from_secs(10),
     )?;
     println!("libtorrent's node stored weir's announce");
     Ok(())

@@ -26,6 +26,7 @@
 //! [`crate::torrent::make`], which this crate provides without weir).
 
 mod clients;
+pub mod dht;
 mod tracker;
 
 use std::net::{SocketAddr, SocketAddrV4};

@@ -250,27 +250,35 @@ struct Running {
     poisoned: bool,
 }
 
-enum Hasher {
+/// A piece's hash computed as its bytes come, in the algorithm of the
+/// digest it will be compared with (a recheck streams each piece through
+/// one in small reads that stay in the CPU's cache).
+pub enum Hasher {
+    /// BitTorrent v1.
     Sha1(Sha1),
+    /// eD2k.
     Md4(Md4),
 }
 
 impl Hasher {
-    fn for_digest(d: &Digest) -> Self {
+    /// A hasher for comparing with `d`.
+    pub fn for_digest(d: &Digest) -> Self {
         match d {
             Digest::Sha1(_) => Hasher::Sha1(Sha1::new()),
             Digest::Md4(_) => Hasher::Md4(Md4::new()),
         }
     }
 
-    fn update(&mut self, data: &[u8]) {
+    /// Hashes the next bytes.
+    pub fn update(&mut self, data: &[u8]) {
         match self {
             Hasher::Sha1(h) => h.update(data),
             Hasher::Md4(h) => h.update(data),
         }
     }
 
-    fn matches(self, want: &Digest) -> bool {
+    /// Whether everything hashed matches `want` (false across algorithms).
+    pub fn matches(self, want: &Digest) -> bool {
         match (self, want) {
             (Hasher::Sha1(h), Digest::Sha1(w)) => h.finalize().as_slice() == w,
             (Hasher::Md4(h), Digest::Md4(w)) => h.finalize().as_slice() == w,

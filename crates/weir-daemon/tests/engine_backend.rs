@@ -167,6 +167,9 @@ async fn a_kept_torrent_that_does_not_match_is_refused() -> anyhow::Result<()> {
     let e = engine().await;
     let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
     b.add(AddRequest::new(AddSource::Path(torrent))).await?;
+    // A clean stop writes the snapshot: the kept .torrent is then the only
+    // copy (before, the log holds its bytes and puts it back).
+    b.save_all().await?;
     stop(e).await;
     drop(b);
     let kept = state

@@ -113,9 +113,19 @@ fn transmission_rpc_adds_by_metainfo_and_by_magnet() -> anyhow::Result<()> {
     let kept = state.join("torrents").join(format!("{mhash}.torrent"));
     let kept_meta = weir_lab::torrent::TorrentInfo::read(&kept)?;
     assert_eq!(kept_meta.info_hash_hex(), mhash);
-    let st = std::fs::read_to_string(state.join("transfers.state"))?;
-    assert!(!st.contains("magnet"), "{st}");
-    assert!(st.contains(&format!("\"info_hash\":\"{mhash}\"")), "{st}");
+    let st = weir_daemon::engine::store::read(&state)?;
+    use weir_daemon::engine::state::RecordSource;
+    let sources: Vec<_> = st.transfers.iter().map(|r| &r.source).collect();
+    assert!(
+        !sources
+            .iter()
+            .any(|s| matches!(s, RecordSource::Magnet { .. })),
+        "{st:?}"
+    );
+    let named = RecordSource::Torrent {
+        info_hash: mhash.clone(),
+    };
+    assert!(sources.contains(&&named), "{st:?}");
 
     // Restarted with the seeder gone: the torrent is back complete at once,
     // its metadata read from the state, not fetched.

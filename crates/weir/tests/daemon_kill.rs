@@ -103,7 +103,7 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
     );
     daemon.kill9()?;
     // Traffic totals as last saved: what downloadedEver starts from.
-    let saved = saved_downloaded(&state.join("transfers.state"))?;
+    let saved = saved_downloaded(&state)?;
     for t in &before {
         let have = num(t, "haveValid");
         assert!(
@@ -228,14 +228,10 @@ fn killed_mid_download_the_daemon_resumes_both_transfers() -> anyhow::Result<()>
 }
 
 /// `downloaded` of each transfer in a state file, by id.
-fn saved_downloaded(path: &std::path::Path) -> anyhow::Result<std::collections::HashMap<u64, u64>> {
-    let data = std::fs::read(path)?;
-    let nl = data.iter().position(|b| *b == b'\n').unwrap_or(0);
-    let v: serde_json::Value = serde_json::from_slice(&data[nl + 1..])?;
-    Ok(v["transfers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| (num(r, "id"), num(r, "downloaded")))
-        .collect())
+fn saved_downloaded(
+    state: &std::path::Path,
+) -> anyhow::Result<std::collections::HashMap<u64, u64>> {
+    // The snapshot and the log of changes since, as a restart reads them.
+    let s = weir_daemon::engine::store::read(state)?;
+    Ok(s.transfers.iter().map(|r| (r.id, r.downloaded)).collect())
 }

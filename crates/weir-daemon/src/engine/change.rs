@@ -15,7 +15,7 @@ use std::time::Duration;
 use weir_runtime::engine::DataPaths;
 
 use super::state::Limits;
-use super::{Content, EngineBackend, EngineId, Infos, cap_of, unix_now};
+use super::{Content, EngineBackend, EngineId, Infos, Touch, cap_of, unix_now};
 use crate::backend::*;
 
 fn mode_byte(m: LimitMode) -> u8 {
@@ -177,7 +177,7 @@ impl EngineBackend {
         select: Selection,
         change: TransferChange,
     ) -> Result<(), BackendError> {
-        let caps = {
+        let (caps, ids) = {
             let mut st = self.lock();
             let ids = st.selected(&select, None);
             for id in &ids {
@@ -229,12 +229,18 @@ impl EngineBackend {
                     st.queue.insert(at, *id);
                 }
             }
-            caps
+            (caps, ids)
         };
         for (eid, down, up) in caps {
             self.0.engine.set_caps(eid, down, up).await;
         }
-        self.persist().await.map_err(super::methods::state_err)?;
+        let mut touched = vec![Touch::Transfers(ids)];
+        if change.queue_position.is_some() {
+            touched.push(Touch::Queue);
+        }
+        self.persist(touched)
+            .await
+            .map_err(super::methods::state_err)?;
         if let Some(location) = change.location {
             self.move_to(select, location, false).await?;
         }
@@ -280,7 +286,9 @@ impl EngineBackend {
                 }
             }
         }
-        self.persist().await.map_err(super::methods::state_err)
+        self.persist(vec![Touch::Queue])
+            .await
+            .map_err(super::methods::state_err)
     }
 
     /// `torrent-set-location`: each selected transfer leaves the engine
@@ -322,6 +330,7 @@ impl EngineBackend {
             out
         };
         let mut first_err = None;
+        let ids: Vec<TransferId> = targets.iter().map(|t| t.0).collect();
         for (id, eid, paths) in targets {
             if let Some(eid) = eid {
                 self.0.engine.remove_closed(eid).await;
@@ -354,7 +363,9 @@ impl EngineBackend {
             }
             self.launch(id, false);
         }
-        self.persist().await.map_err(super::methods::state_err)?;
+        self.persist(vec![Touch::Transfers(ids)])
+            .await
+            .map_err(super::methods::state_err)?;
         first_err.map_or(Ok(()), Err)
     }
 
@@ -393,7 +404,7 @@ impl EngineBackend {
         let infos = self.snapshot().await;
         let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
         let now = unix_now();
-        let stop: Vec<EngineId> = {
+        let stop: Vec<(TransferId, EngineId)> = {
             let mut st = self.lock();
             let (g_ratio, g_ratio_on) =
                 (st.settings.seed_ratio_limit, st.settings.seed_ratio_limited);
@@ -445,7 +456,7 @@ impl EngineBackend {
                     e.record.paused = true;
                     e.record.finished = true;
                     e.edited = now;
-                    stop.push(eid);
+                    stop.push((e.record.id, eid));
                 }
             }
             stop
@@ -453,10 +464,11 @@ impl EngineBackend {
         if stop.is_empty() {
             return;
         }
-        for eid in stop {
-            self.0.engine.pause(eid).await;
+        for (_, eid) in &stop {
+            self.0.engine.pause(*eid).await;
         }
-        if let Err(e) = self.persist().await {
+        let ids = stop.into_iter().map(|(id, _)| id).collect();
+        if let Err(e) = self.persist(vec![Touch::Transfers(ids)]).await {
             tracing::warn!("saving the state: {e}");
         }
     }

@@ -14,7 +14,7 @@ use weir_bt::magnet::{Magnet, PeerAddr};
 use weir_runtime::magnet::{FetchFailure, FetchOptions};
 
 use super::state::RecordSource;
-use super::{Content, EngineBackend};
+use super::{Content, EngineBackend, Touch};
 use crate::backend::*;
 use crate::sources::{Parsed, of_metainfo};
 
@@ -166,24 +166,7 @@ impl EngineBackend {
         if !self.lock().entries.contains_key(&id) {
             return;
         }
-        let sd = self.0.dir.clone();
-        let (h, data) = (hex.clone(), got.torrent_file.clone());
-        let saved = match tokio::task::spawn_blocking(move || sd.save_torrent(&h, &data)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(why) = saved {
-            // Not kept: it stays a magnet (a restart fetches it again),
-            // stopped with the reason.
-            tracing::error!("transfer {id}: keeping its metadata: {why}");
-            let mut st = self.lock();
-            if let Some(e) = st.entries.get_mut(&id) {
-                e.fetching = false;
-                e.failed = Some(Arc::from(format!("keeping its metadata: {why}").as_str()));
-            }
-            return;
-        }
+        let store = self.store().await;
         let kept = {
             let mut st = self.lock();
             let path = self.0.dir.torrent_path(&hex);
@@ -211,10 +194,13 @@ impl EngineBackend {
         };
         if !kept {
             // Removed while its metadata came.
-            self.0.dir.remove_torrent(&hex);
             return;
         }
-        if let Err(e) = self.persist().await {
+        // The record names the torrent and carries the .torrent: kept in
+        // `torrents/` once durable. If it is not, a restart fetches the
+        // metadata again.
+        let touch = Touch::Metadata(id, got.torrent_file.to_vec());
+        if let Err(e) = self.write(store, vec![touch]).await {
             tracing::error!("transfer {id}: saving the state: {e}");
         }
         tracing::info!("transfer {id}: metadata arrived; starting it");

@@ -12,7 +12,8 @@ use weir_session::TransferInfo;
 use super::state::{Record, RecordSource, StateError};
 use super::view::{self, Absent};
 use super::{
-    Content, EngineBackend, EngineId, Entry, Infos, Orphan, delete_data, entry, magnet, unix_now,
+    Content, EngineBackend, EngineId, Entry, Infos, Orphan, Touch, delete_data, entry, magnet,
+    unix_now,
 };
 use crate::backend::*;
 use crate::disk::free_space_of;
@@ -73,7 +74,7 @@ impl Backend for EngineBackend {
         if caps_changed {
             self.set_caps(Some(down), Some(up)).await.map_err(state_err)
         } else {
-            self.persist().await.map_err(state_err)
+            self.persist(vec![Touch::Session]).await.map_err(state_err)
         }
     }
 
@@ -147,7 +148,7 @@ impl Backend for EngineBackend {
                 peers.insert(id, self.0.engine.bt_peers(eid).await);
             }
         }
-        let mut newly_done = false;
+        let mut newly_done = Vec::new();
         let list = {
             let mut st = self.lock();
             let ids = st.selected(&query.select, Some(&by_eid));
@@ -163,7 +164,7 @@ impl Backend for EngineBackend {
                 let complete = |i: &TransferInfo| i.size > 0 && i.bytes_had >= i.size;
                 if e.record.done.is_none() && info.is_some_and(complete) {
                     e.record.done = Some(now);
-                    newly_done = true;
+                    newly_done.push(id);
                 }
                 let absent = if let Some(f) = &e.failed {
                     Absent::Failed(f.clone())
@@ -196,10 +197,10 @@ impl Backend for EngineBackend {
                 removed,
             }
         };
-        if newly_done {
+        if !newly_done.is_empty() {
             let me = self.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.persist().await {
+                if let Err(e) = me.persist(vec![Touch::Transfers(newly_done)]).await {
                     tracing::warn!("saving the state: {e}");
                 }
             });
@@ -296,14 +297,9 @@ impl Backend for EngineBackend {
             Content::Magnet(m) => magnet::link_peers(m),
             _ => Vec::new(),
         };
-        if let Some(data) = torrent {
-            let sd = self.0.dir.clone();
-            let hex = hash.to_hex();
-            tokio::task::spawn_blocking(move || sd.save_torrent(&hex, &data))
-                .await
-                .map_err(|e| BackendError::Invalid(e.to_string()))?
-                .map_err(state_err)?;
-        }
+        // Held from the id given to the record written, so that adds reach
+        // the log in id order.
+        let store = self.store().await;
         let now = unix_now();
         let added = {
             let mut st = self.lock();
@@ -343,7 +339,12 @@ impl Backend for EngineBackend {
             st.files_added += 1;
             added
         };
-        if let Err(e) = self.persist().await {
+        // The record carries the .torrent: its copy in `torrents/` is
+        // written after, without waiting for the disk.
+        if let Err(e) = self
+            .write(store, vec![Touch::Added(added.id, torrent)])
+            .await
+        {
             // Not durable: not added (a restart would not know it).
             let mut st = self.lock();
             st.entries.remove(&added.id);
@@ -387,11 +388,12 @@ impl Backend for EngineBackend {
                 return self.queue_move(select, action).await;
             }
         };
-        let (targets, restart) = {
+        let (targets, restart, changed) = {
             let mut st = self.lock();
             let now = unix_now();
             let mut targets = Vec::new();
             let mut restart = Vec::new();
+            let mut changed = Vec::new();
             for id in st.selected(&select, None) {
                 let Some(e) = st.entries.get_mut(&id) else {
                     continue;
@@ -401,6 +403,7 @@ impl Backend for EngineBackend {
                 }
                 e.record.paused = pause;
                 e.edited = now;
+                changed.push(id);
                 if !pause {
                     e.started = Some(now);
                     e.record.finished = false;
@@ -417,7 +420,7 @@ impl Backend for EngineBackend {
                     None => {}
                 }
             }
-            (targets, restart)
+            (targets, restart, changed)
         };
         for eid in targets {
             if pause {
@@ -429,7 +432,9 @@ impl Backend for EngineBackend {
         for id in restart {
             self.launch(id, false);
         }
-        self.persist().await.map_err(state_err)
+        self.persist(vec![Touch::Transfers(changed)])
+            .await
+            .map_err(state_err)
     }
 
     async fn remove(&self, select: Selection, delete_local_data: bool) -> Result<(), BackendError> {
@@ -468,11 +473,13 @@ impl Backend for EngineBackend {
         if taken.is_empty() {
             return Ok(());
         }
-        self.persist().await.map_err(state_err)?;
+        // The store deletes the .torrent copies once the removal is
+        // durable.
+        let ids = taken.iter().map(|(e, _)| e.record.id).collect();
+        self.persist(vec![Touch::Removed(ids)])
+            .await
+            .map_err(state_err)?;
         for (e, shared) in taken {
-            if let RecordSource::Torrent { info_hash } = &e.record.source {
-                self.0.dir.remove_torrent(info_hash);
-            }
             if shared {
                 continue;
             }

@@ -5,8 +5,8 @@
 //! - RPC ids are the daemon's own, kept in the state file: stable across
 //!   restarts, never reused. Each maps to the engine's transfer once its
 //!   storage is open.
-//! - `torrent-add` keeps a copy of the .torrent in the state directory and
-//!   writes the state durably before it answers; the engine then opens the
+//! - `torrent-add` appends the transfer (with its .torrent) to the state's
+//!   log durably before it answers ([`store`]); the engine then opens the
 //!   storage in the background (data already on disk is checked there) and
 //!   the transfer reads as verifying meanwhile.
 //! - At start every transfer of the state comes back (paused ones paused);
@@ -15,9 +15,12 @@
 //!   `session-set` (and the daemon's config reload) change their rates.
 
 mod change;
+pub mod log;
 mod magnet;
 mod methods;
+mod persist;
 pub mod state;
+pub mod store;
 mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +42,9 @@ use weir_session::TransferInfo;
 
 use crate::backend::*;
 use crate::sources::{Parsed, of_link, of_metainfo, parse_ed2k, parse_metainfo};
-use state::{Record, RecordSource, SavedCaps, State, StateDir, StateError};
+use persist::Touch;
+use state::{Record, RecordSource, SavedCaps, StateDir, StateError};
+use store::Store;
 
 /// The engine's name for a transfer.
 type EngineId = weir_session::TransferId;
@@ -191,16 +196,6 @@ struct Inner {
 }
 
 impl Inner {
-    fn to_state(&self) -> State {
-        State {
-            next_id: self.next_id,
-            transfers: self.entries.values().map(Entry::to_record).collect(),
-            caps: self.caps,
-            settings: self.saved.clone(),
-            queue: self.queue.clone(),
-        }
-    }
-
     /// A transfer's place in the queue, from 0.
     fn queue_position(&self, id: TransferId) -> u32 {
         self.queue.iter().position(|q| *q == id).unwrap_or(0) as u32
@@ -232,9 +227,10 @@ struct Shared {
     cfg: BackendConfig,
     dir: StateDir,
     inner: Mutex<Inner>,
-    /// Serializes state writes (each writes the state as it is when it
-    /// starts, so a later write never loses an earlier change).
-    save: tokio::sync::Mutex<()>,
+    /// The durable state; its lock orders state writes (each writes the
+    /// transfers as they are when it starts, so a later write never loses
+    /// an earlier change).
+    store: Arc<tokio::sync::Mutex<Store>>,
     closed: AtomicBool,
     close: Notify,
 }
@@ -271,14 +267,15 @@ impl EngineBackend {
     /// lists in `engine`. A damaged state file, or a kept .torrent that is
     /// missing or does not match, is refused with an error naming it.
     pub async fn start(cfg: BackendConfig, engine: EngineHandle) -> Result<Self, StateError> {
-        let dir = StateDir::open(&cfg.state_dir)?;
-        let (dir, state, contents) = tokio::task::spawn_blocking(move || {
-            let state = dir.load()?;
+        let path = cfg.state_dir.clone();
+        let (store, state, contents) = tokio::task::spawn_blocking(move || {
+            let store = Store::open(&path)?;
+            let state = store.state().clone();
             let mut contents = Vec::with_capacity(state.transfers.len());
             for r in &state.transfers {
-                contents.push(restore(&dir, r)?);
+                contents.push(restore(store.dir(), r)?);
             }
-            Ok::<_, StateError>((dir, state, contents))
+            Ok::<_, StateError>((store, state, contents))
         })
         .await
         .map_err(|e| StateError::Io {
@@ -321,6 +318,7 @@ impl EngineBackend {
             inner.settings.speed_limit_up = SpeedLimit { kbps, enabled };
         }
         let now = unix_now();
+        let dir = store.dir().clone();
         for (r, (content, parsed)) in state.transfers.into_iter().zip(contents) {
             let e = entry(&dir, r, content, parsed, now);
             inner.by_hash.insert(e.base.hash, e.record.id);
@@ -343,7 +341,7 @@ impl EngineBackend {
             cfg,
             dir,
             inner: Mutex::new(inner),
-            save: tokio::sync::Mutex::new(()),
+            store: Arc::new(tokio::sync::Mutex::new(store)),
             closed: AtomicBool::new(false),
             close: Notify::new(),
         }));
@@ -389,7 +387,7 @@ impl EngineBackend {
             }
         }
         self.apply_caps();
-        self.persist().await
+        self.persist(vec![Touch::Session]).await
     }
 
     fn apply_caps(&self) {
@@ -413,7 +411,7 @@ impl EngineBackend {
     }
 
     /// Reads every transfer's traffic from the engine, then writes the
-    /// state (what a clean stop and the periodic save do).
+    /// state: its totals, then a new snapshot (what a clean stop does).
     pub async fn save_all(&self) -> Result<(), StateError> {
         let infos = self.snapshot().await;
         {
@@ -425,11 +423,13 @@ impl EngineBackend {
                 }
             }
         }
-        self.persist().await
+        self.persist(vec![Touch::Traffic]).await?;
+        self.compact().await
     }
 
-    /// Saves the state every `every` while traffic changes, so that a
-    /// kill -9 loses at most that much of the traffic totals.
+    /// Saves the traffic totals every `every` while they change (one small
+    /// log record of the totals that moved), so that a kill -9 loses at
+    /// most that much of them.
     pub fn save_periodically(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
@@ -454,26 +454,13 @@ impl EngineBackend {
                         .collect()
                 };
                 if totals != last {
-                    if let Err(e) = me.persist().await {
+                    if let Err(e) = me.persist(vec![Touch::Traffic]).await {
                         tracing::warn!("saving the state: {e}");
                     }
                     last = totals;
                 }
             }
         })
-    }
-
-    /// Writes the state durably.
-    pub async fn persist(&self) -> Result<(), StateError> {
-        let _order = self.0.save.lock().await;
-        let state = self.lock().to_state();
-        let dir = self.0.dir.clone();
-        tokio::task::spawn_blocking(move || dir.save(&state))
-            .await
-            .map_err(|e| StateError::Io {
-                path: self.0.dir.state_path(),
-                source: std::io::Error::other(e),
-            })?
     }
 
     /// Starts transfer `id` in the engine (its storage opens in the

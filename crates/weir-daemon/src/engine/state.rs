@@ -1,17 +1,24 @@
 //! The daemon's crash-safe state under `--state DIR`: the list of
 //! transfers with their settings, and a copy of each .torrent.
 //!
-//! Files are written whole to a temporary name, fsync'd, renamed over the
-//! old one, and the directory fsync'd: a kill -9 (or a power cut) at any
-//! instant leaves the old file or the new one, never a mix. The state file
-//! carries its length and a CRC-32 of its body in a header line, so a file
-//! damaged some other way (a torn copy, a disk fault, an editor) is refused
-//! with an error naming it, never trusted silently.
+//! The state is a snapshot, `transfers.state`, and an append-only log of
+//! the changes since, `transfers.log` (see [`super::log`] and
+//! [`super::store`]): each acknowledged change is one checksummed record
+//! made durable with one `fdatasync`, and once the log has grown past the
+//! snapshot's size a new snapshot is written whole (temporary file, fsync,
+//! rename, directory fsync) and the log starts again empty. The snapshot
+//! carries its length, a CRC-32 of its body and the generation of the log
+//! that follows it in a header line, so a file damaged some other way (a
+//! torn copy, a disk fault, an editor) is refused with an error naming it,
+//! never trusted silently.
 //!
 //! ```text
-//! weir-daemon-state 1 <crc32 hex> <body length>\n
+//! weir-daemon-state 2 <crc32 hex> <body length> <log generation>\n
 //! <body: JSON>
 //! ```
+//!
+//! Version 1 (no generation: 0) is still read, so state directories of
+//! earlier weirs load.
 //!
 //! The verified pieces are not here: each transfer's storage journal keeps
 //! them next to its data (see `weir_runtime::storage`).
@@ -27,10 +34,12 @@ pub const STATE_FILE: &str = "transfers.state";
 pub const TORRENTS_DIR: &str = "torrents";
 /// The first word of the header line.
 const MAGIC: &str = "weir-daemon-state";
-/// The format version this code writes and reads.
-const VERSION: u32 = 1;
+/// The log of changes since the snapshot, in the state directory.
+pub const LOG_FILE: &str = "transfers.log";
+/// The format version this code writes (it reads 1 too).
+const VERSION: u32 = 2;
 /// Largest state file read (a million transfers' records fit).
-const MAX_STATE: u64 = 512 << 20;
+pub const MAX_STATE: u64 = 512 << 20;
 
 /// Why the state could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -181,13 +190,30 @@ pub struct State {
 }
 
 impl State {
-    /// Encodes the file: header line and body.
-    pub fn encode(&self) -> Vec<u8> {
+    /// An empty state (first start).
+    pub fn empty() -> State {
+        State {
+            next_id: 1,
+            ..State::default()
+        }
+    }
+
+    /// The record of transfer `id` (`transfers` is kept in id order).
+    pub fn get(&self, id: u64) -> Option<&Record> {
+        self.transfers
+            .binary_search_by_key(&id, |r| r.id)
+            .ok()
+            .map(|i| &self.transfers[i])
+    }
+
+    /// Encodes the snapshot file: header line (with `generation`, the log
+    /// that follows it) and body.
+    pub fn encode(&self, generation: u64) -> Vec<u8> {
         // Serializing plain structs of strings and numbers cannot fail.
         let body = serde_json::to_vec(self).unwrap_or_default();
         let mut out = format!(
-            "{MAGIC} {VERSION} {:08x} {}\n",
-            crc32fast::hash(&body),
+            "{MAGIC} {VERSION} {:08x} {} {generation}\n",
+            checksum(&body, Some(generation)),
             body.len()
         )
         .into_bytes();
@@ -195,8 +221,9 @@ impl State {
         out
     }
 
-    /// Decodes a file read from `path` (named in errors).
-    pub fn decode(data: &[u8], path: &Path) -> Result<State, StateError> {
+    /// Decodes a snapshot file read from `path` (named in errors): the
+    /// state and the generation of the log that follows it.
+    pub fn decode(data: &[u8], path: &Path) -> Result<(State, u64), StateError> {
         let bad = |why: String| StateError::Corrupt {
             path: path.to_path_buf(),
             why,
@@ -216,9 +243,9 @@ impl State {
             .next()
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| bad("no version".into()))?;
-        if version != VERSION {
+        if version != 1 && version != VERSION {
             return Err(bad(format!(
-                "version {version}; this weir reads version {VERSION}"
+                "version {version}; this weir reads versions 1 and {VERSION}"
             )));
         }
         let crc = w
@@ -230,6 +257,13 @@ impl State {
             .next()
             .and_then(|l| l.parse().ok())
             .ok_or_else(|| bad("no length".into()))?;
+        let generation: u64 = if version == 1 {
+            0
+        } else {
+            w.next()
+                .and_then(|g| g.parse().ok())
+                .ok_or_else(|| bad("no log generation".into()))?
+        };
         if w.next().is_some() {
             return Err(bad("extra words in the header".into()));
         }
@@ -240,33 +274,74 @@ impl State {
                 body.len()
             )));
         }
-        if crc32fast::hash(body) != crc {
+        if checksum(body, (version > 1).then_some(generation)) != crc {
             return Err(bad("checksum mismatch (damaged)".into()));
         }
-        let state: State =
+        let mut state: State =
             serde_json::from_slice(body).map_err(|e| bad(format!("bad body: {e}")))?;
-        let mut ids = std::collections::BTreeSet::new();
-        for r in &state.transfers {
-            if !ids.insert(r.id) {
-                return Err(bad(format!("transfer id {} appears twice", r.id)));
+        state.transfers.sort_by_key(|r| r.id);
+        state.check().map_err(bad)?;
+        state.complete_queue();
+        Ok((state, generation))
+    }
+
+    /// Checks what a state must hold: ids unique and below `next_id`,
+    /// info-hashes of 40 hex digits (`transfers` in id order).
+    pub fn check(&self) -> Result<(), String> {
+        for (i, r) in self.transfers.iter().enumerate() {
+            if i > 0 && self.transfers[i - 1].id == r.id {
+                return Err(format!("transfer id {} appears twice", r.id));
             }
-            if r.id == 0 || r.id >= state.next_id {
-                return Err(bad(format!(
-                    "transfer id {} is outside 1..{}",
-                    r.id, state.next_id
-                )));
-            }
-            if let RecordSource::Torrent { info_hash } = &r.source {
-                if info_hash.len() != 40 || !info_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(bad(format!("transfer {}: bad info-hash", r.id)));
-                }
+            check_record(r, self.next_id)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the queue name every transfer once: ids of no transfer
+    /// dropped, transfers missing from it appended in id order (how a
+    /// state written before the queue was kept reads).
+    pub fn complete_queue(&mut self) {
+        let mut seen = std::collections::BTreeSet::new();
+        let queue = std::mem::take(&mut self.queue);
+        self.queue = queue
+            .into_iter()
+            .filter(|id| self.get(*id).is_some() && seen.insert(*id))
+            .collect();
+        for r in &self.transfers {
+            if !seen.contains(&r.id) {
+                self.queue.push(r.id);
             }
         }
-        Ok(state)
     }
 }
 
-/// The state directory: loads and saves [`State`] and the .torrent copies.
+/// The header's CRC-32: of the body, then (version 2) of the generation's
+/// 8 little-endian bytes, so that a damaged generation is caught too.
+fn checksum(body: &[u8], generation: Option<u64>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(body);
+    if let Some(g) = generation {
+        h.update(&g.to_le_bytes());
+    }
+    h.finalize()
+}
+
+/// Checks one record: its id inside `1..next_id`, its info-hash (if any)
+/// 40 hex digits.
+pub fn check_record(r: &Record, next_id: u64) -> Result<(), String> {
+    if r.id == 0 || r.id >= next_id {
+        return Err(format!("transfer id {} is outside 1..{next_id}", r.id));
+    }
+    if let RecordSource::Torrent { info_hash } = &r.source {
+        if info_hash.len() != 40 || !info_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("transfer {}: bad info-hash", r.id));
+        }
+    }
+    Ok(())
+}
+
+/// The state directory: where the snapshot, the log and the .torrent
+/// copies are (reading and writing them is [`super::store::Store`]'s).
 #[derive(Clone, Debug)]
 pub struct StateDir {
     dir: PathBuf,
@@ -286,6 +361,13 @@ impl StateDir {
         })
     }
 
+    /// The state directory at `dir`, as it is (nothing created).
+    pub fn at(dir: &Path) -> StateDir {
+        StateDir {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
@@ -303,46 +385,20 @@ impl StateDir {
             .join(format!("{info_hash}.torrent"))
     }
 
-    /// Reads the state; a missing file is an empty state (first start).
-    pub fn load(&self) -> Result<State, StateError> {
-        use std::io::Read;
-        let path = self.state_path();
-        let f = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(State {
-                    next_id: 1,
-                    ..State::default()
-                });
-            }
-            Err(source) => return Err(StateError::Io { path, source }),
-        };
-        let mut data = Vec::new();
-        f.take(MAX_STATE + 1)
-            .read_to_end(&mut data)
-            .map_err(|source| StateError::Io {
-                path: path.clone(),
-                source,
-            })?;
-        if data.len() as u64 > MAX_STATE {
-            return Err(StateError::Corrupt {
-                path,
-                why: format!("larger than {MAX_STATE} bytes"),
-            });
-        }
-        State::decode(&data, &path)
+    /// The log's path.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
     }
 
-    /// Writes the state durably (temporary file, fsync, rename, directory
-    /// fsync).
-    pub fn save(&self, state: &State) -> Result<(), StateError> {
-        write_durably(&self.state_path(), &state.encode())
-    }
-
-    /// Keeps a copy of a .torrent (durably, before the state names it).
-    pub fn save_torrent(&self, info_hash: &str, data: &[u8]) -> Result<PathBuf, StateError> {
+    /// Writes a .torrent copy without waiting for the disk: the log record
+    /// that added it holds its bytes until the next snapshot, which makes
+    /// the copies durable first.
+    pub fn write_torrent(&self, info_hash: &str, data: &[u8]) -> Result<PathBuf, StateError> {
         let path = self.torrent_path(info_hash);
-        write_durably(&path, data)?;
+        std::fs::write(&path, data).map_err(|source| StateError::Io {
+            path: path.clone(),
+            source,
+        })?;
         Ok(path)
     }
 
@@ -366,27 +422,48 @@ impl StateDir {
 /// Writes `data` to `path` so that after a crash `path` holds either its
 /// old content or all of `data`.
 pub fn write_durably(path: &Path, data: &[u8]) -> Result<(), StateError> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StateError::Io { path: p, source }
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let tmp = temp_name(path);
+    write_synced(&tmp, data)?;
+    std::fs::rename(&tmp, path).map_err(|source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    sync_dir(parent(path))
+}
+
+/// `path` with `.tmp` appended: where [`write_durably`] writes first.
+pub fn temp_name(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
-    let tmp = dir.join(name);
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(data).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-    }
-    std::fs::rename(&tmp, path).map_err(io(path))?;
+    parent(path).join(name)
+}
+
+/// The directory `path` is in.
+pub fn parent(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Creates (truncating) `path` with `data` and fsyncs it.
+pub fn write_synced(path: &Path, data: &[u8]) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::create(path).map_err(io)?;
+    f.write_all(data).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// Fsyncs a directory, so that names created or renamed in it last.
+pub fn sync_dir(dir: &Path) -> Result<(), StateError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
+        .map_err(|source| StateError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -454,7 +531,7 @@ mod tests {
     fn round_trips() {
         let s = sample();
         let p = Path::new("/x/transfers.state");
-        assert_eq!(State::decode(&s.encode(), p).unwrap(), s);
+        assert_eq!(State::decode(&s.encode(7), p).unwrap(), (s, 7));
     }
 
     #[test]
@@ -467,17 +544,19 @@ mod tests {
         )
         .into_bytes();
         data.extend_from_slice(body);
-        let s = State::decode(&data, Path::new("/x")).unwrap();
+        let (s, generation) = State::decode(&data, Path::new("/x")).unwrap();
+        assert_eq!(generation, 0);
         assert_eq!(s.transfers[0].limits, Limits::default());
         assert!(!s.transfers[0].finished && s.transfers[0].peers.is_empty());
         assert_eq!(s.settings, crate::backend::SessionChange::default());
-        assert!(s.queue.is_empty());
+        // No queue kept: every transfer in id order.
+        assert_eq!(s.queue, vec![1]);
         assert_eq!(s.caps.up, Some((20, true)));
     }
 
     #[test]
     fn every_truncation_and_flip_is_refused() {
-        let data = sample().encode();
+        let data = sample().encode(3);
         let p = Path::new("/x/transfers.state");
         for cut in 0..data.len() {
             match State::decode(&data[..cut], p) {
@@ -501,6 +580,7 @@ mod tests {
         for g in [
             &b""[..],
             b"hello\n{}",
+            b"weir-daemon-state 3 00000000 2 0\n{}",
             b"weir-daemon-state 2 00000000 2\n{}",
             b"\x00\x01\x02",
         ] {
@@ -511,29 +591,14 @@ mod tests {
         let mut s = sample();
         s.transfers[1].id = 1;
         assert!(matches!(
-            State::decode(&s.encode(), p),
+            State::decode(&s.encode(0), p),
             Err(StateError::Corrupt { why, .. }) if why.contains("twice")
         ));
         let mut s = sample();
         s.next_id = 2;
         assert!(matches!(
-            State::decode(&s.encode(), p),
+            State::decode(&s.encode(0), p),
             Err(StateError::Corrupt { .. })
         ));
-    }
-
-    #[test]
-    fn saves_durably_and_loads() {
-        let dir = std::env::temp_dir().join(format!("weir-state-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let sd = StateDir::open(&dir).unwrap();
-        assert_eq!(sd.load().unwrap().transfers.len(), 0);
-        let s = sample();
-        sd.save(&s).unwrap();
-        assert_eq!(sd.load().unwrap(), s);
-        assert!(!dir.join("transfers.state.tmp").exists());
-        std::fs::write(sd.state_path(), b"weir-daemon-state 1 deadbeef 3\nabc").unwrap();
-        assert!(matches!(sd.load(), Err(StateError::Corrupt { .. })));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -43,8 +43,9 @@ use weir_utp::{CloseReason, ConnHandle, Endpoint, Event, StreamError};
 
 use crate::net::PolicedUdp;
 
-/// Largest datagram toward a loopback peer (probed up to, see
-/// [`weir_utp::Config::max_packet_size`]).
+/// Largest datagram toward a loopback peer known to take it (probed up
+/// to, see [`weir_utp::Config::max_packet_size`] and
+/// [`UtpStream::set_max_packet_size`]).
 pub const LOOPBACK_PACKET: usize = 65_000;
 /// Datagrams taken from the endpoint per lock by the IO task.
 const TX_BATCH: usize = 64;
@@ -284,9 +285,6 @@ impl Utp {
             let h =
                 g.ep.connect(addr, now)
                     .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e))?;
-            if addr.ip().is_loopback() {
-                let _ = g.ep.set_max_packet_size(h, LOOPBACK_PACKET);
-            }
             g.conns.insert(
                 h,
                 Slot {
@@ -329,9 +327,6 @@ impl Utp {
             if let Some(h) = g.backlog.pop_front() {
                 let peer = g.ep.peer_addr(h);
                 if let Some(peer) = peer {
-                    if peer.ip().is_loopback() {
-                        let _ = g.ep.set_max_packet_size(h, LOOPBACK_PACKET);
-                    }
                     return Poll::Ready(Some(UtpStream {
                         utp: self.clone(),
                         h,
@@ -470,6 +465,17 @@ impl UtpStream {
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// Lets the connection probe for datagrams up to `n` bytes (see
+    /// [`weir_utp::Config::max_packet_size`]). Only toward a peer known to
+    /// read datagrams that large: libtorrent reads into 1,500-byte
+    /// buffers, and a probe cut short there broke its connections.
+    pub fn set_max_packet_size(&self, n: usize) {
+        let h = self.h;
+        self.utp.with(|g, _| {
+            let _ = g.ep.set_max_packet_size(h, n);
+        });
     }
 
     /// The connection's counters and estimates (`None` once it is gone).

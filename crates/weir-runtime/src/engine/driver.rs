@@ -20,7 +20,7 @@ use weir_session::{
 
 use super::mse::MseCtx;
 use super::trackers::{Announcer, Standing};
-use super::transport::{PeerStream, Transport, TransportCtx};
+use super::transport::{PeerStream, TransportCtx};
 use super::wire::{self, BtDecoder, Ed2kDecoder, Wire, WireError};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
 use crate::bandwidth::SharedBucket;
@@ -483,6 +483,10 @@ impl Driver {
             Established::Ed2k { .. } => Proto::Ed2k,
             Established::Ed2kServer => Proto::Ed2kServer,
         };
+        let their_id = match &established {
+            Established::Bt { theirs, .. } => Some(theirs.peer_id),
+            _ => None,
+        };
         let pieces = match &established {
             Established::Bt { theirs, .. } => self
                 .session
@@ -521,8 +525,15 @@ impl Driver {
             up,
             wrx,
         };
-        if stream.transport() == Transport::Utp {
+        if let PeerStream::Utp(s) = &stream {
             self.over_utp.insert(conn);
+            // Large datagrams on loopback, toward weir only (see
+            // `UtpStream::set_max_packet_size`).
+            if their_id.is_some_and(|id| id.starts_with(b"-WR"))
+                && s.get_ref().peer_addr().ip().is_loopback()
+            {
+                s.get_ref().set_max_packet_size(crate::utp::LOOPBACK_PACKET);
+            }
         }
         let (reader, writer_task) = match stream {
             PeerStream::Tcp(s) => {

@@ -124,15 +124,6 @@ pub(crate) enum PeerStream {
     Utp(MseStream<UtpStream>),
 }
 
-impl PeerStream {
-    pub(crate) fn transport(&self) -> Transport {
-        match self {
-            PeerStream::Tcp(_) => Transport::Tcp,
-            PeerStream::Utp(_) => Transport::Utp,
-        }
-    }
-}
-
 impl From<MseStream<TcpStream>> for PeerStream {
     fn from(s: MseStream<TcpStream>) -> Self {
         PeerStream::Tcp(s)

@@ -145,8 +145,10 @@ async fn a_syn_flood_stays_within_the_half_open_bound_and_real_peers_still_conne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_backlog_resets_newcomers_instead_of_growing() {
-    let mut cfg = UtpConfig::default();
-    cfg.accept_backlog = 3;
+    let cfg = UtpConfig {
+        accept_backlog: 3,
+        ..UtpConfig::default()
+    };
     let (a, b) = pair(cfg).await;
     let to = b.utp().local_addr().unwrap();
     // Nobody accepts: 10 peers connect and speak first (what confirms).

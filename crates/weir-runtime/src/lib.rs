@@ -17,4 +17,5 @@ pub mod net;
 pub mod peerconn;
 pub mod storage;
 pub mod tracker;
+pub mod utp;
 pub mod zmodem;

@@ -419,6 +419,12 @@ impl PolicedUdp {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
     }
+
+    /// The socket itself, for options (buffer sizes); sending and
+    /// receiving go through the checked methods.
+    pub fn as_socket(&self) -> &UdpSocket {
+        &self.sock
+    }
 }
 
 #[cfg(test)]

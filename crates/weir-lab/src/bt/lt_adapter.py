@@ -37,6 +37,7 @@ ap.add_argument('--ut-metadata', action='store_true', help='load the BEP 9 exten
 ap.add_argument('--ut-pex', action='store_true', help='load the BEP 11 extension (peer exchange)')
 ap.add_argument('--magnet', help='leech: start from this magnet link instead of --torrent (implies --ut-metadata)')
 ap.add_argument('--forced-enc', action='store_true', help='MSE/PE with RC4 only, both ways (no plaintext peer)')
+ap.add_argument('--utp-only', action='store_true', help='uTP only, both ways (TCP off)')
 a = ap.parse_args()
 
 
@@ -74,6 +75,13 @@ if a.forced_enc:
         'out_enc_policy': int(lt.enc_policy.forced),
         'in_enc_policy': int(lt.enc_policy.forced),
         'allowed_enc_level': int(lt.enc_level.rc4),
+    })
+if a.utp_only:
+    settings.update({
+        'enable_incoming_tcp': False,
+        'enable_outgoing_tcp': False,
+        'enable_incoming_utp': True,
+        'enable_outgoing_utp': True,
     })
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
 ses = lt.session(settings, 0)

@@ -166,7 +166,8 @@ pub struct Options {
     /// ([`LeechResult::progress`]).
     pub progress_every: Option<Duration>,
     /// Extra arguments appended to the client's command line
-    /// (libtorrent: `--forced-enc` for MSE/PE with RC4 only, both ways;
+    /// (libtorrent: `--forced-enc` for MSE/PE with RC4 only, both ways,
+    /// `--utp-only` for uTP with TCP off both ways;
     /// transmission-daemon: its own flags, e.g. `--encryption-required`).
     pub extra_args: Vec<String>,
 }

@@ -179,26 +179,14 @@ pub(crate) struct DhtGlue {
 }
 
 impl DhtGlue {
-    /// Binds the socket, reads the saved table and starts the node.
+    /// Reads the saved table and starts the node on `udp`.
     pub(crate) async fn start(
         settings: &DhtSettings,
         policy: &weir_core::policy::NetPolicy,
-        bt_addr: Option<SocketAddr>,
+        udp: Udp,
         port: Option<u16>,
         seed: u64,
     ) -> std::io::Result<DhtGlue> {
-        let udp = match (settings.listen, bt_addr) {
-            (Some(a), _) => Udp::bind(policy, a).await?,
-            (None, Some(bt)) => match Udp::bind(policy, bt).await {
-                Ok(u) => u,
-                Err(e) => {
-                    let any = SocketAddr::new(bt.ip(), 0);
-                    tracing::warn!("DHT: UDP port {bt} is taken ({e}); using another");
-                    Udp::bind(policy, any).await?
-                }
-            },
-            (None, None) => Udp::bind(policy, "0.0.0.0:0".parse().expect("literal")).await?,
-        };
         let saved = match &settings.table {
             Some(p) => match tokio::fs::read(p).await {
                 Ok(blob) => match SavedTable::decode(&blob) {

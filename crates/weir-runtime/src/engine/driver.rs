@@ -20,6 +20,7 @@ use weir_session::{
 
 use super::mse::MseCtx;
 use super::trackers::{Announcer, Standing};
+use super::transport::{PeerStream, TransportCtx};
 use super::wire::{self, BtDecoder, Ed2kDecoder, Wire, WireError};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
 use crate::bandwidth::SharedBucket;
@@ -49,6 +50,10 @@ pub struct Snapshot {
     pub mse: crate::mse::MseStats,
     /// The MSE/PE policy now.
     pub encryption: weir_bt::mse::Encryption,
+    /// Established connections carried by uTP (the rest: TCP).
+    pub utp_peers: usize,
+    /// The uTP endpoint's figures (`None`: no uTP).
+    pub utp: Option<crate::utp::UtpStats>,
 }
 
 /// Inputs of the driver.
@@ -63,10 +68,15 @@ pub(crate) enum Msg {
         info_hash: [u8; 20],
         reply: oneshot::Sender<Option<Handshake>>,
     },
+    /// A uTP connection a peer opened (BitTorrent only).
+    AcceptedUtp {
+        stream: crate::utp::UtpStream,
+        addr: SocketAddr,
+    },
     Handshaked {
         conn: ConnId,
         /// Boxed: it carries both RC4 states.
-        stream: Box<MseStream<TcpStream>>,
+        stream: Box<PeerStream>,
         established: Established,
         leftover: BytesMut,
     },
@@ -113,6 +123,17 @@ pub(crate) enum Pending {
         Box<SharedSource>,
         oneshot::Sender<Result<TransferId, EngineError>>,
     ),
+}
+
+/// What a connection's tasks are started with (see `Driver::spawn_io`).
+struct Io {
+    conn: ConnId,
+    proto: Proto,
+    leftover: BytesMut,
+    pieces: Option<u32>,
+    down: crate::bandwidth::Limiter,
+    up: crate::bandwidth::Limiter,
+    wrx: peerconn::WriteRx,
 }
 
 struct ConnState {
@@ -168,6 +189,13 @@ struct Driver {
     mse: MseCtx,
     /// The DHT node and the UDP socket (`engine/dht.rs`, `engine/udp.rs`).
     dht: Option<super::dht::DhtGlue>,
+    /// The UDP socket when it runs without a DHT (for uTP): held, its
+    /// tasks stop when it is dropped.
+    _udp: Option<super::udp::Udp>,
+    /// Which transports connections may use, and uTP's endpoint.
+    transports: TransportCtx,
+    /// Established connections carried by uTP.
+    over_utp: std::collections::HashSet<ConnId>,
 }
 
 pub(super) fn spawn(
@@ -175,6 +203,8 @@ pub(super) fn spawn(
     bt: Option<TcpListener>,
     ed2k: Option<TcpListener>,
     dht: Option<super::dht::DhtGlue>,
+    udp: Option<super::udp::Udp>,
+    utp: Option<crate::utp::Utp>,
 ) -> (
     mpsc::Sender<Msg>,
     watch::Receiver<Snapshot>,
@@ -194,6 +224,7 @@ pub(super) fn spawn(
         .collect();
     let session = Session::new(cfg.session.clone());
     let mse = MseCtx::new(cfg.encryption, cfg.handshake_timeout);
+    let transports = TransportCtx::new(cfg.transports, utp);
     let mut driver = Driver {
         cfg,
         session,
@@ -217,6 +248,9 @@ pub(super) fn spawn(
         transfer_caps: HashMap::new(),
         mse,
         dht,
+        _udp: udp,
+        transports,
+        over_utp: std::collections::HashSet::new(),
     };
     if driver.cfg.accept_at_start {
         driver.start_accepting();
@@ -228,6 +262,20 @@ pub(super) fn spawn(
 impl Driver {
     /// Starts the accept loops of the bound listeners (once).
     fn start_accepting(&mut self) {
+        if let (true, Some(utp)) = (self.accept_tasks.is_empty(), &self.transports.utp)
+            && self.transports.allowed.utp
+            && self.cfg.bt_listen.is_some()
+        {
+            let (utp, tx) = (utp.clone(), self.tx.clone());
+            self.accept_tasks.push(tokio::spawn(async move {
+                while let Some(stream) = utp.accept().await {
+                    let addr = stream.peer_addr();
+                    if tx.send(Msg::AcceptedUtp { stream, addr }).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
         for (proto, l) in std::mem::take(&mut self.listeners) {
             let tx = self.tx.clone();
             let policy = self.cfg.session.policy.clone();
@@ -343,7 +391,12 @@ impl Driver {
                 addr,
             } => match self.session.incoming(proto, addr, now) {
                 Ok(conn) => match proto {
+                    Proto::Bt if !self.transports.allowed.tcp => {
+                        tracing::debug!("TCP connection from {addr} refused: uTP only");
+                        self.session.dial_failed(conn, "TCP is not allowed", now);
+                    }
                     Proto::Bt => {
+                        let _ = stream.set_nodelay(true);
                         let t = tokio::spawn(wire::accept_bt(
                             conn,
                             stream,
@@ -361,7 +414,7 @@ impl Driver {
                         };
                         self.on_handshaked(
                             conn,
-                            MseStream::plain(stream, bytes::Bytes::new()),
+                            PeerStream::Tcp(MseStream::plain(stream, bytes::Bytes::new())),
                             Established::Ed2k { local_ip },
                             BytesMut::new(),
                             now,
@@ -370,6 +423,20 @@ impl Driver {
                 },
                 Err(e) => tracing::debug!("{proto} connection from {addr} refused: {e}"),
             },
+            Msg::AcceptedUtp { stream, addr } => {
+                match self.session.incoming(Proto::Bt, addr, now) {
+                    Ok(conn) => {
+                        let t = tokio::spawn(wire::accept_bt(
+                            conn,
+                            stream,
+                            self.mse.clone(),
+                            self.tx.clone(),
+                        ));
+                        self.pending.insert(conn, t.abort_handle());
+                    }
+                    Err(e) => tracing::debug!("uTP connection from {addr} refused: {e}"),
+                }
+            }
             Msg::BtRoute { info_hash, reply } => {
                 let _ = reply.send(self.session.bt_route(&info_hash));
             }
@@ -406,7 +473,7 @@ impl Driver {
     fn on_handshaked(
         &mut self,
         conn: ConnId,
-        stream: MseStream<TcpStream>,
+        stream: PeerStream,
         established: Established,
         leftover: BytesMut,
         now: Instant,
@@ -415,6 +482,10 @@ impl Driver {
             Established::Bt { .. } => Proto::Bt,
             Established::Ed2k { .. } => Proto::Ed2k,
             Established::Ed2kServer => Proto::Ed2kServer,
+        };
+        let their_id = match &established {
+            Established::Bt { theirs, .. } => Some(theirs.peer_id),
+            _ => None,
         };
         let pieces = match &established {
             Established::Bt { theirs, .. } => self
@@ -428,7 +499,6 @@ impl Driver {
             tracing::debug!("connection {conn} refused: {e}");
             return;
         }
-        let (rd, wr) = stream.into_split();
         let limit = if proto == Proto::Ed2kServer {
             SERVER_WRITE_LIMIT
         } else {
@@ -446,6 +516,61 @@ impl Driver {
         } else {
             (self.cfg.down.clone(), self.cfg.up.clone())
         };
+        let io = Io {
+            conn,
+            proto,
+            leftover,
+            pieces,
+            down,
+            up,
+            wrx,
+        };
+        if let PeerStream::Utp(s) = &stream {
+            self.over_utp.insert(conn);
+            // Large datagrams on loopback, toward weir only (see
+            // `UtpStream::set_max_packet_size`).
+            if their_id.is_some_and(|id| id.starts_with(b"-WR"))
+                && s.get_ref().peer_addr().ip().is_loopback()
+            {
+                s.get_ref().set_max_packet_size(crate::utp::LOOPBACK_PACKET);
+            }
+        }
+        let (reader, writer_task) = match stream {
+            PeerStream::Tcp(s) => {
+                let (rd, wr) = s.into_split();
+                self.spawn_io(io, rd, wr)
+            }
+            PeerStream::Utp(s) => {
+                let (rd, wr) = tokio::io::split(s);
+                self.spawn_io(io, rd, wr)
+            }
+        };
+        self.conns.insert(
+            conn,
+            ConnState {
+                proto,
+                writer,
+                reader,
+                writer_task,
+            },
+        );
+    }
+
+    /// A connection's reader and writer tasks over its two halves.
+    fn spawn_io<R, W>(&self, io: Io, rd: R, wr: W) -> (JoinHandle<()>, JoinHandle<()>)
+    where
+        R: peerconn::PeerRead,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Io {
+            conn,
+            proto,
+            leftover,
+            pieces,
+            down,
+            up,
+            wrx,
+        } = io;
         let reader = match proto {
             Proto::Bt => tokio::spawn(peerconn::reader(
                 conn,
@@ -479,15 +604,7 @@ impl Driver {
             up,
             self.tx.clone(),
         ));
-        self.conns.insert(
-            conn,
-            ConnState {
-                proto,
-                writer,
-                reader,
-                writer_task,
-            },
-        );
+        (reader, writer_task)
     }
 
     fn on_conn_event(&mut self, ev: ConnEvent<Wire, WireError>, now: Instant) {
@@ -538,6 +655,7 @@ impl Driver {
         if let Some(a) = self.pending.remove(&conn) {
             a.abort();
         }
+        self.over_utp.remove(&conn);
         if let Some(c) = self.conns.remove(&conn) {
             c.reader.abort();
             drop(c.writer);
@@ -581,6 +699,7 @@ impl Driver {
                         hello,
                         self.cfg.handshake_timeout,
                         self.mse.clone(),
+                        self.transports.clone(),
                         self.tx.clone(),
                     ));
                     self.pending.insert(conn, t.abort_handle());
@@ -1061,12 +1180,17 @@ impl Driver {
             done,
             mse: self.mse.stats(),
             encryption: self.mse.policy,
+            utp_peers: self.over_utp.len(),
+            utp: self.transports.utp.as_ref().map(crate::utp::Utp::stats),
         });
     }
 
     async fn shutdown(&mut self) {
         for t in self.accept_tasks.drain(..) {
             t.abort();
+        }
+        if let Some(u) = &self.transports.utp {
+            u.shutdown();
         }
         self.publish(true);
         let stops: Vec<Announcer> = self.announcers.drain().map(|(_, a)| a).collect();

@@ -23,6 +23,7 @@ mod driver;
 mod mse;
 mod spec;
 mod trackers;
+pub mod transport;
 pub mod udp;
 mod wire;
 
@@ -43,6 +44,7 @@ use crate::storage::{OpenError, OpenOptions};
 
 pub use dht::{DhtError, DhtSettings, DhtStatus};
 pub use driver::Snapshot;
+pub use transport::{Transport, Transports, TransportsError};
 
 /// How to run an engine.
 #[derive(Clone, Debug)]
@@ -80,9 +82,13 @@ pub struct EngineConfig {
     /// MSE/PE policy for BitTorrent connections (`--encryption`): what
     /// outgoing connections try, what incoming ones may be.
     pub encryption: weir_bt::mse::Encryption,
-    /// The DHT node (BEP 5) on the engine's UDP socket (`None`: no DHT,
-    /// no UDP socket).
+    /// The DHT node (BEP 5) on the engine's UDP socket (`None`: no DHT).
     pub dht: Option<DhtSettings>,
+    /// Transports of BitTorrent connections (`--transports`): with uTP on
+    /// the engine has a UDP socket even without the DHT.
+    pub transports: Transports,
+    /// The uTP endpoint's settings (buffers, bounds, seed).
+    pub utp: crate::utp::UtpConfig,
 }
 
 impl EngineConfig {
@@ -103,6 +109,8 @@ impl EngineConfig {
             accept_at_start: true,
             encryption: weir_bt::mse::Encryption::default(),
             dht: None,
+            transports: Transports::default(),
+            utp: crate::utp::UtpConfig::default(),
         }
     }
 }
@@ -326,6 +334,8 @@ pub struct Engine {
     pub ed2k_addr: Option<SocketAddr>,
     /// The UDP address of the DHT node, if running.
     pub dht_addr: Option<SocketAddr>,
+    /// The UDP address uTP peers reach us on, if uTP runs.
+    pub utp_addr: Option<SocketAddr>,
 }
 
 /// Sends commands to a running engine (cloneable; for signal handlers and
@@ -369,26 +379,53 @@ impl Engine {
                 cfg.session.own_ips.push(a.ip());
             }
         }
-        let dht = match &cfg.dht {
-            Some(s) => Some(
-                dht::DhtGlue::start(
-                    s,
+        // One UDP socket for the DHT and uTP, when either runs.
+        let want_utp = cfg.transports.utp && bt_addr.is_some();
+        let udp = if cfg.dht.is_some() || want_utp {
+            let listen = cfg.dht.as_ref().and_then(|s| s.listen);
+            let mut ucfg = cfg.utp.clone();
+            ucfg.seed ^= cfg.session.seed;
+            Some(
+                udp::Udp::bind_beside(
                     &cfg.session.policy,
+                    listen,
                     bt_addr,
-                    cfg.session.bt_port,
-                    cfg.session.seed ^ 0x0d47_5eed,
+                    want_utp.then_some(ucfg),
                 )
                 .await
                 .map_err(|source| EngineError::Listen {
-                    addr: s
-                        .listen
-                        .or(bt_addr)
-                        .unwrap_or(SocketAddr::from(([0; 4], 0))),
+                    addr: listen.or(bt_addr).unwrap_or(SocketAddr::from(([0; 4], 0))),
                     source,
                 })?,
-            ),
-            None => None,
+            )
+        } else {
+            None
         };
+        let utp = udp.as_ref().and_then(udp::Udp::utp);
+        let (dht, udp) = match (&cfg.dht, udp) {
+            (Some(s), Some(u)) => (
+                Some(
+                    dht::DhtGlue::start(
+                        s,
+                        &cfg.session.policy,
+                        u,
+                        cfg.session.bt_port,
+                        cfg.session.seed ^ 0x0d47_5eed,
+                    )
+                    .await
+                    .map_err(|source| EngineError::Listen {
+                        addr: s
+                            .listen
+                            .or(bt_addr)
+                            .unwrap_or(SocketAddr::from(([0; 4], 0))),
+                        source,
+                    })?,
+                ),
+                None,
+            ),
+            (_, u) => (None, u),
+        };
+        let utp_addr = utp.as_ref().and_then(|u| u.local_addr().ok());
         let dht_addr = dht.as_ref().map(dht::DhtGlue::local_addr);
         let routers = cfg
             .dht
@@ -396,7 +433,7 @@ impl Engine {
             .map(|s| s.routers.clone())
             .unwrap_or_default();
         let policy = cfg.session.policy.clone();
-        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k, dht);
+        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k, dht, udp, utp);
         dht::resolve_routers(&policy, routers, tx.clone());
         Ok(Engine {
             tx,
@@ -405,6 +442,7 @@ impl Engine {
             bt_addr,
             ed2k_addr,
             dht_addr,
+            utp_addr,
         })
     }
 

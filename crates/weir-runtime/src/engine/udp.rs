@@ -4,7 +4,7 @@
 //! ```text
 //! socket --readable--> receive task: up to BATCH datagrams per wake-up,
 //!     classify() each:  Krpc  --batch (bounded queue)--> driver --> DHT
-//!                       Utp   --> counted and dropped (uTP's Endpoint plugs in here)
+//!                       Utp   --> the uTP endpoint (crate::utp), if the engine runs uTP
 //!                       Other --> counted and dropped (UDP tracker answers later)
 //! driver --send() (policy checked first, bounded queue)--> send task --> socket
 //! ```
@@ -27,9 +27,11 @@ use weir_core::policy::NetPolicy;
 
 use crate::net::PolicedUdp;
 
-/// Largest datagram kept (KRPC's bound; a uTP packet is at most a path
-/// MTU). Longer ones are counted as oversized and dropped.
+/// Largest KRPC datagram kept (KRPC's bound); longer ones are counted as
+/// oversized and dropped.
 pub const MAX_DATAGRAM: usize = weir_dht::krpc::MAX_PACKET;
+/// Largest uTP datagram (loopback paths probe up to 64 KiB).
+pub const MAX_UTP_DATAGRAM: usize = weir_utp::MAX_DATAGRAM;
 /// Datagrams read per wake-up of the receive task (one batch).
 pub const BATCH: usize = 64;
 /// Batches waiting for the driver, at most.
@@ -76,6 +78,7 @@ struct Counters {
     received: AtomicU64,
     krpc: AtomicU64,
     utp: AtomicU64,
+    utp_fed: AtomicU64,
     other: AtomicU64,
     oversized: AtomicU64,
     recv_overflow: AtomicU64,
@@ -94,7 +97,9 @@ pub struct UdpStats {
     pub received: u64,
     /// Of which KRPC, handed to the DHT.
     pub krpc: u64,
-    /// Of which uTP packets (dropped: no uTP in the engine yet).
+    /// Of which uTP packets handed to the uTP endpoint.
+    pub utp: u64,
+    /// Of which uTP packets dropped (the engine runs no uTP).
     pub utp_dropped: u64,
     /// Of which neither (dropped).
     pub other_dropped: u64,
@@ -121,20 +126,41 @@ pub(crate) struct Udp {
     tx: mpsc::Sender<(SocketAddr, Vec<u8>)>,
     counters: Arc<Counters>,
     tasks: Vec<JoinHandle<()>>,
+    utp: Option<crate::utp::Utp>,
 }
 
 impl Udp {
     /// Binds `addr` under `policy` and starts the receive and send tasks.
+    #[cfg(test)]
     pub(crate) async fn bind(policy: &NetPolicy, addr: SocketAddr) -> io::Result<Udp> {
+        Self::bind_with(policy, addr, None).await
+    }
+
+    /// As [`Udp::bind`], with a uTP endpoint on the socket when `utp` is
+    /// given (its packets go to it, its IO task sends on the socket).
+    pub(crate) async fn bind_with(
+        policy: &NetPolicy,
+        addr: SocketAddr,
+        utp: Option<crate::utp::UtpConfig>,
+    ) -> io::Result<Udp> {
         let sock = Arc::new(PolicedUdp::bind(policy, addr).await?);
         let local = sock.local_addr()?;
         let counters = Arc::new(Counters::default());
         let (in_tx, rx) = mpsc::channel(RECV_QUEUE);
         let (tx, out_rx) = mpsc::channel(SEND_QUEUE);
-        let tasks = vec![
-            tokio::spawn(receive(sock.clone(), counters.clone(), in_tx)),
-            tokio::spawn(send(sock, counters.clone(), out_rx)),
-        ];
+        let mut tasks = Vec::new();
+        let utp = utp.map(|cfg| {
+            let (u, io) = crate::utp::Utp::start(sock.clone(), policy, cfg);
+            tasks.push(io);
+            u
+        });
+        tasks.push(tokio::spawn(receive(
+            sock.clone(),
+            counters.clone(),
+            in_tx,
+            utp.clone(),
+        )));
+        tasks.push(tokio::spawn(send(sock, counters.clone(), out_rx)));
         Ok(Udp {
             local,
             policy: policy.clone(),
@@ -142,7 +168,40 @@ impl Udp {
             tx,
             counters,
             tasks,
+            utp,
         })
+    }
+
+    /// Binds beside the BitTorrent listener: `listen` if given, else
+    /// `bt`'s address and port (any port if that one is taken for UDP:
+    /// uTP peers then cannot reach us at the advertised port, which is
+    /// logged), else any address.
+    pub(crate) async fn bind_beside(
+        policy: &NetPolicy,
+        listen: Option<SocketAddr>,
+        bt: Option<SocketAddr>,
+        utp: Option<crate::utp::UtpConfig>,
+    ) -> io::Result<Udp> {
+        match (listen, bt) {
+            (Some(a), _) => Self::bind_with(policy, a, utp).await,
+            (None, Some(bt)) => match Self::bind_with(policy, bt, utp.clone()).await {
+                Ok(u) => Ok(u),
+                Err(e) => {
+                    tracing::warn!(
+                        "UDP port {bt} is taken ({e}); using another (incoming uTP will not reach us)"
+                    );
+                    Self::bind_with(policy, SocketAddr::new(bt.ip(), 0), utp).await
+                }
+            },
+            (None, None) => {
+                Self::bind_with(policy, "0.0.0.0:0".parse().expect("literal"), utp).await
+            }
+        }
+    }
+
+    /// The uTP endpoint on this socket, if any.
+    pub(crate) fn utp(&self) -> Option<crate::utp::Utp> {
+        self.utp.clone()
     }
 
     /// The bound address.
@@ -177,6 +236,7 @@ impl Udp {
             local: Some(self.local),
             received: g(&c.received),
             krpc: g(&c.krpc),
+            utp: g(&c.utp_fed),
             utp_dropped: g(&c.utp),
             other_dropped: g(&c.other),
             oversized: g(&c.oversized),
@@ -191,6 +251,9 @@ impl Udp {
 
 impl Drop for Udp {
     fn drop(&mut self) {
+        if let Some(u) = &self.utp {
+            u.shutdown();
+        }
         for t in &self.tasks {
             t.abort();
         }
@@ -198,10 +261,15 @@ impl Drop for Udp {
 }
 
 /// Reads batches and sorts them (see the module docs).
-async fn receive(sock: Arc<PolicedUdp>, counters: Arc<Counters>, tx: mpsc::Sender<Vec<Datagram>>) {
+async fn receive(
+    sock: Arc<PolicedUdp>,
+    counters: Arc<Counters>,
+    tx: mpsc::Sender<Vec<Datagram>>,
+    utp: Option<crate::utp::Utp>,
+) {
     // One byte more than kept: a longer datagram is seen as such (the
     // kernel truncates to the buffer).
-    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+    let mut buf = vec![0u8; MAX_UTP_DATAGRAM + 1];
     loop {
         if let Err(e) = sock.readable().await {
             tracing::warn!("UDP socket: {e}; no more datagrams");
@@ -222,12 +290,14 @@ async fn receive(sock: Arc<PolicedUdp>, counters: Arc<Counters>, tx: mpsc::Sende
                 }
             };
             counters.received.fetch_add(1, Ordering::Relaxed);
-            if n > MAX_DATAGRAM {
+            let data = &buf[..n];
+            let kind = classify(data);
+            // uTP datagrams may be larger (loopback), the rest may not.
+            if n > MAX_UTP_DATAGRAM || (n > MAX_DATAGRAM && kind != Kind::Utp) {
                 counters.oversized.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let data = &buf[..n];
-            match classify(data) {
+            match kind {
                 Kind::Krpc => {
                     counters.krpc.fetch_add(1, Ordering::Relaxed);
                     batch.push(Datagram {
@@ -235,11 +305,15 @@ async fn receive(sock: Arc<PolicedUdp>, counters: Arc<Counters>, tx: mpsc::Sende
                         data: data.to_vec(),
                     });
                 }
-                // uTP: weir_utp::Endpoint::handle(from, data, now) takes
-                // these once the engine runs uTP connections.
-                Kind::Utp => {
-                    counters.utp.fetch_add(1, Ordering::Relaxed);
-                }
+                Kind::Utp => match &utp {
+                    Some(u) => {
+                        counters.utp_fed.fetch_add(1, Ordering::Relaxed);
+                        u.handle_datagram(from, data);
+                    }
+                    None => {
+                        counters.utp.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
                 // UDP tracker answers may be routed here later.
                 Kind::Other => {
                     counters.other.fetch_add(1, Ordering::Relaxed);

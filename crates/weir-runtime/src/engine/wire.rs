@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use weir_bt::wire::{self, Handshake, Limits as BtLimits, Message};
@@ -15,6 +15,7 @@ use weir_session::{ConnId, Established, Hello};
 
 use super::driver::Msg;
 use super::mse::MseCtx;
+use super::transport::{Link, PeerStream, TransportCtx};
 use crate::mse::MseStream;
 use crate::peerconn::{Decode, READ_BUF};
 
@@ -98,9 +99,10 @@ pub(super) async fn read_handshake<S: AsyncRead + Unpin>(
     Ok((theirs, buf))
 }
 
-/// Dials `addr` for `conn` and says `hello` (BitTorrent: encrypted or not
-/// as `mse`'s policy says, see [`super::mse::connect_bt`]); the result goes
-/// to the driver.
+/// Dials `addr` for `conn` and says `hello` (BitTorrent: over the
+/// transports `transports` allows, see [`super::transport`], then
+/// encrypted or not as `mse`'s policy says, see
+/// [`super::mse::connect_bt`]); the result goes to the driver.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn dial(
     conn: ConnId,
@@ -110,25 +112,41 @@ pub(crate) async fn dial(
     hello: Hello,
     timeout: Duration,
     mse: MseCtx,
+    transports: TransportCtx,
     tx: mpsc::Sender<Msg>,
 ) {
     let result = match hello {
         Hello::Bt { ours, preamble } => {
-            let connect = || async {
-                let s = crate::net::connect_tcp_from(&policy, local, addr).await?;
-                s.set_nodelay(true)?;
-                Ok(s)
-            };
-            match super::mse::connect_bt(&mse, addr, &ours, &preamble, connect).await {
-                Ok(c) => Ok((
-                    c.stream,
-                    Established::Bt {
-                        theirs: c.theirs,
-                        preamble_sent: !preamble.is_empty(),
-                    },
-                    c.leftover,
-                )),
-                Err(e) => Err(e.to_string()),
+            let first = tokio::time::timeout(timeout, transports.race(&policy, local, addr))
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+            match first {
+                Err(e) => Err(format!("connect: {e}")),
+                Ok(Link::Tcp(s)) => {
+                    let again = || async {
+                        let s = crate::net::connect_tcp_from(&policy, local, addr).await?;
+                        s.set_nodelay(true)?;
+                        Ok(s)
+                    };
+                    bt_over(s, &mse, addr, &ours, &preamble, again)
+                        .await
+                        .map(|(c, est)| (PeerStream::from(c.stream), est, c.leftover))
+                }
+                Ok(Link::Utp(s)) => {
+                    let utp = transports.utp.clone();
+                    let again = || {
+                        let utp = utp.clone();
+                        async move {
+                            match utp {
+                                Some(u) => u.connect(addr).await,
+                                None => Err(std::io::ErrorKind::Unsupported.into()),
+                            }
+                        }
+                    };
+                    bt_over(s, &mse, addr, &ours, &preamble, again)
+                        .await
+                        .map(|(c, est)| (PeerStream::from(c.stream), est, c.leftover))
+                }
             }
         }
         hello => tokio::time::timeout(timeout, async {
@@ -140,7 +158,11 @@ pub(crate) async fn dial(
                     local_ip: local_v4(&s),
                 },
             };
-            Ok::<_, std::io::Error>((MseStream::plain(s, Bytes::new()), est, BytesMut::new()))
+            Ok::<_, std::io::Error>((
+                PeerStream::Tcp(MseStream::plain(s, Bytes::new())),
+                est,
+                BytesMut::new(),
+            ))
         })
         .await
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
@@ -161,6 +183,45 @@ pub(crate) async fn dial(
     let _ = tx.send(msg).await;
 }
 
+/// The BitTorrent handshakes over `first` (already connected), new
+/// connections of the same transport from `again` for the MSE attempts
+/// after it.
+async fn bt_over<S, C, F>(
+    first: S,
+    mse: &MseCtx,
+    addr: SocketAddr,
+    ours: &Handshake,
+    preamble: &[u8],
+    mut again: C,
+) -> Result<(super::mse::Connected<S>, Established), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: FnMut() -> F,
+    F: std::future::Future<Output = std::io::Result<S>>,
+{
+    let mut first = Some(first);
+    let connect = || {
+        let f = first.take();
+        let next = again();
+        async move {
+            match f {
+                Some(s) => Ok(s),
+                None => next.await,
+            }
+        }
+    };
+    match super::mse::connect_bt(mse, addr, ours, preamble, connect).await {
+        Ok(c) => {
+            let est = Established::Bt {
+                theirs: c.theirs,
+                preamble_sent: !preamble.is_empty(),
+            };
+            Ok((c, est))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn local_v4(s: &TcpStream) -> Option<std::net::Ipv4Addr> {
     match s.local_addr().ok()?.ip() {
         IpAddr::V4(v4) => Some(v4),
@@ -171,8 +232,11 @@ fn local_v4(s: &TcpStream) -> Option<std::net::Ipv4Addr> {
 /// Runs an accepted BitTorrent connection's handshake: plaintext or MSE
 /// (see [`super::mse::accept_bt`]), reads theirs, asks the driver for ours
 /// (routed by info-hash), answers.
-pub(crate) async fn accept_bt(conn: ConnId, stream: TcpStream, mse: MseCtx, tx: mpsc::Sender<Msg>) {
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn accept_bt<S>(conn: ConnId, stream: S, mse: MseCtx, tx: mpsc::Sender<Msg>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    MseStream<S>: Into<PeerStream>,
+{
     // The handshakes are bounded (and counted) in there; routing and our
     // answer have a bound of their own.
     let a = match super::mse::accept_bt(&mse, stream).await {
@@ -214,7 +278,7 @@ pub(crate) async fn accept_bt(conn: ConnId, stream: TcpStream, mse: MseCtx, tx: 
     let msg = match r {
         Ok(Ok((stream, theirs, leftover))) => Msg::Handshaked {
             conn,
-            stream: Box::new(stream),
+            stream: Box::new(stream.into()),
             established: Established::Bt {
                 theirs,
                 preamble_sent: false,

@@ -62,6 +62,10 @@ pub(crate) struct Args {
     /// (`encryption`: required, preferred, tolerated).
     #[arg(long, value_name = "POLICY", default_value = "prefer")]
     encryption: weir_bt::mse::Encryption,
+    /// Transports for BitTorrent peers, both ways: tcp, utp or tcp,utp
+    /// (as `weir get`).
+    #[arg(long, value_name = "LIST", default_value = "tcp,utp")]
+    transports: weir_runtime::engine::Transports,
     /// RPC user name (Basic auth).
     #[arg(long, value_name = "NAME", requires = "rpc_password")]
     rpc_user: Option<String>,
@@ -201,6 +205,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         cfg.use_trackers = !args.no_trackers;
         cfg.keep_running = true;
         cfg.encryption = args.encryption;
+        cfg.transports = args.transports;
         cfg.dht = dht;
         cfg.down = Limiter::new(vec![down.clone()]);
         cfg.up = Limiter::new(vec![up.clone()]);

@@ -124,6 +124,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         cfg.use_trackers = !opts.no_trackers;
         cfg.keep_running = run.seed;
         cfg.encryption = opts.encryption;
+        cfg.transports = opts.transports;
         // The DHT finds torrents' peers (magnets included); the routing
         // table is kept next to the resume data, never in a directory
         // being seeded (weir seed writes nothing there).

@@ -12,7 +12,7 @@
 //!
 //! libtorrent runs with LSD, UPnP, NAT-PMP, uTP and its public DHT routers
 //! off, `dht_restrict_routing_ips` and `dht_restrict_search_ips` off (so
-//! 127.0.0.x nodes count). Without `CI` the tests skip when root,
+//! 127.0.0.x nodes count; `weir_lab::bt::dht`). Without `CI` the tests skip when root,
 //! namespaces or python3-libtorrent are missing; with `CI` they fail.
 
 use std::path::Path;
@@ -21,61 +21,14 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use weir_lab::process::{Proc, stdout_lines, wait_line};
+use weir_lab::bt::dht::{self, Role};
+use weir_lab::process::{Proc, wait_line};
 use weir_lab::{Netns, TempDir, ci, payload};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 const PYTHON: &str = "/usr/bin/python3";
 const NODE: &str = "127.0.0.2:6881";
 const SIZE: u64 = 3_000_017;
-
-/// libtorrent as a DHT node (`node IP PORT`), a seeder of a given torrent
-/// (`seed IP PORT DIR TORRENT BOOT`) or a leecher of a magnet link
-/// (`leech IP PORT DIR MAGNET BOOT`); seeder and leecher force a DHT
-/// announce every second. Prints READY, every announce a node stores
-/// (ANNOUNCE hash ip port), METADATA and FINISHED.
-const SCRIPT: &str = r#"
-import sys, time
-import libtorrent as lt
-mode, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-settings = {
-    'listen_interfaces': f'{ip}:{port}', 'outgoing_interfaces': ip,
-    'enable_dht': True, 'dht_bootstrap_nodes': '',
-    'dht_restrict_routing_ips': False, 'dht_restrict_search_ips': False,
-    'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
-    'enable_ip_notifier': False, 'enable_incoming_utp': False, 'enable_outgoing_utp': False,
-    'alert_mask': lt.alert.category_t.dht_notification | lt.alert.category_t.status_notification
-        | lt.alert.category_t.error_notification,
-}
-ses = lt.session(settings)
-handle = None
-if mode in ('seed', 'leech'):
-    d, what, boot = sys.argv[4], sys.argv[5], sys.argv[6]
-    h, pt = boot.rsplit(':', 1)
-    ses.add_dht_node((h, int(pt)))
-    if mode == 'seed':
-        atp = lt.add_torrent_params()
-        atp.ti = lt.torrent_info(what)
-        atp.flags |= lt.torrent_flags.seed_mode
-    else:
-        atp = lt.parse_magnet_uri(what)
-    atp.save_path = d
-    handle = ses.add_torrent(atp)
-print('READY', flush=True)
-last = 0.0
-while True:
-    for a in ses.pop_alerts():
-        if isinstance(a, lt.dht_announce_alert):
-            print('ANNOUNCE', str(a.info_hash), a.ip, a.port, flush=True)
-        elif isinstance(a, lt.metadata_received_alert):
-            print('METADATA', flush=True)
-        elif isinstance(a, lt.torrent_finished_alert):
-            print('FINISHED', flush=True)
-    if handle is not None and time.time() - last > 1:
-        handle.force_dht_announce()
-        last = time.time()
-    time.sleep(0.02)
-"#;
 
 fn ready() -> anyhow::Result<bool> {
     if !ci::require_root_and_netns()? || !ci::require_program(PYTHON)? {
@@ -92,37 +45,6 @@ fn ready() -> anyhow::Result<bool> {
         ci::unavailable("python3-libtorrent is not installed")?;
     }
     Ok(ok)
-}
-
-/// Starts the script in `ns` as `name` with `args`.
-fn libtorrent(
-    ns: &Netns,
-    dir: &TempDir,
-    name: &str,
-    args: &[&str],
-) -> anyhow::Result<(Proc, Receiver<String>)> {
-    let script = dir.path().join("lt_dht.py");
-    if !script.exists() {
-        std::fs::write(&script, SCRIPT)?;
-    }
-    let mut cmd = ns.command(PYTHON);
-    cmd.arg(&script)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(
-            dir.path().join(format!("{name}.stderr")),
-        )?);
-    let mut p = Proc::spawn(name, &mut cmd)?;
-    let rx = stdout_lines(&mut p)?;
-    wait_line(
-        &rx,
-        Instant::now() + Duration::from_secs(20),
-        &format!("{name} READY"),
-        |l| l == "READY",
-    )
-    .map_err(|e| anyhow::anyhow!("{e:#}; {}", p.log_tail(20)))?;
-    Ok((p, rx))
 }
 
 /// A payload file `dir/seed/dht.bin` and a trackerless torrent of it made
@@ -152,14 +74,7 @@ fn magnet(hash: &str) -> String {
 
 /// Waits for the node to store `hash` from `ip`.
 fn announced(node: &Receiver<String>, hash: &str, ip: &str, port: u16) -> anyhow::Result<()> {
-    let want = format!("ANNOUNCE {hash} {ip} {port}");
-    wait_line(
-        node,
-        Instant::now() + Duration::from_secs(20),
-        &format!("{ip}'s announce at the node"),
-        |l| l == want,
-    )?;
-    Ok(())
+    dht::wait_announce(node, hash, ip, port, Duration::from_secs(20))
 }
 
 fn check(path: &Path) -> anyhow::Result<()> {
@@ -176,20 +91,19 @@ fn weir_gets_a_magnet_from_a_libtorrent_seeder_found_through_a_libtorrent_dht_no
     let (torrent, hash) = fixture(&dir)?;
     let ns = Netns::new("dht-a")?;
     let t0 = Instant::now();
-    let (_node, node_out) = libtorrent(&ns, &dir, "lt-node", &["node", "127.0.0.2", "6881"])?;
+    let (_node, node_out) = dht::start(&ns, dir.path(), "lt-node", "127.0.0.2", 6881, Role::Node)?;
     let seed_dir = dir.path().join("seed");
-    let (_seeder, _seeder_out) = libtorrent(
+    let (_seeder, _seeder_out) = dht::start(
         &ns,
-        &dir,
+        dir.path(),
         "lt-seeder",
-        &[
-            "seed",
-            "127.0.0.3",
-            "6881",
-            seed_dir.to_str().context("path")?,
-            torrent.to_str().context("path")?,
-            NODE,
-        ],
+        "127.0.0.3",
+        6881,
+        Role::Seed {
+            dir: &seed_dir,
+            torrent: &torrent,
+            boot: NODE,
+        },
     )?;
     announced(&node_out, &hash, "127.0.0.3", 6881)?;
     let out_dir = dir.subdir("weir-out")?;
@@ -235,7 +149,7 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
     let dir = TempDir::new("interop-dht-b")?;
     let (torrent, hash) = fixture(&dir)?;
     let ns = Netns::new("dht-b")?;
-    let (_node, node_out) = libtorrent(&ns, &dir, "lt-node", &["node", "127.0.0.2", "6881"])?;
+    let (_node, node_out) = dht::start(&ns, dir.path(), "lt-node", "127.0.0.2", 6881, Role::Node)?;
     let seed_dir = dir.path().join("seed");
     let mut cmd = ns.command(WEIR);
     cmd.args(["--allow", "127.0.0.0/8", "seed", "-q", "--no-trackers"])
@@ -247,18 +161,19 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e:#}; {}", weir.log_tail(20)))?;
     let leech_dir = dir.subdir("lt-out")?;
     let started = Instant::now();
-    let (_leech, leech_out) = libtorrent(
+    let link = magnet(&hash);
+    let (_leech, leech_out) = dht::start(
         &ns,
-        &dir,
+        dir.path(),
         "lt-leecher",
-        &[
-            "leech",
-            "127.0.0.4",
-            "6881",
-            leech_dir.to_str().context("path")?,
-            &magnet(&hash),
-            NODE,
-        ],
+        "127.0.0.4",
+        6881,
+        Role::Leech {
+            dir: &leech_dir,
+            magnet: &link,
+            boot: NODE,
+            force: true,
+        },
     )?;
     let deadline = Instant::now() + Duration::from_secs(25);
     wait_line(&leech_out, deadline, "libtorrent's METADATA", |l| {

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod ed2k;
 pub mod hostile;
 pub mod killsuite;
+pub mod magnet;
 pub mod many;
 pub mod multi;
 pub mod ramp;
@@ -45,7 +46,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     "bt-single",
     "ramp",
     "cap",
@@ -58,6 +59,7 @@ pub const SCENARIOS: [&str; 12] = [
     "many",
     "hostile",
     "recheck",
+    "magnet",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -75,6 +77,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "many" => many::run(cfg),
         "hostile" => hostile::run(cfg),
         "recheck" => recheck::run(cfg),
+        "magnet" => magnet::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod ed2k;
 pub mod hostile;
 pub mod killsuite;
+pub mod magnet;
 pub mod many;
 pub mod multi;
 pub mod ramp;
@@ -60,6 +61,7 @@ pub const SCENARIOS: [&str; 13] = [
     "hostile",
     "recheck",
     "transports",
+    "magnet",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -78,6 +80,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "hostile" => hostile::run(cfg),
         "recheck" => recheck::run(cfg),
         "transports" => transports::run(cfg),
+        "magnet" => magnet::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use weir_core::policy::NetPolicy;
 use weir_dht::{Config, Dht, Event, Id, is_krpc};
-use weir_lab::bt::dht as lt_dht;
+use weir_lab::bt::dht::{self as lt_dht, Role};
 use weir_lab::netns::Netns;
-use weir_lab::process::wait_line;
 use weir_lab::tmpdir::TempDir;
 use weir_runtime::net::PolicedUdp;
 
@@ -75,35 +74,32 @@ fn weir_finds_a_libtorrent_seeder_through_a_libtorrent_dht_node() -> anyhow::Res
     let seed_dir = dir.subdir("seed-data")?;
     weir_lab::payload::write(&seed_dir.join("payload.bin"), 256 << 10, 3)?;
     let torrent = dir.path().join("payload.torrent");
-    weir_lab::torrent::make(&seed_dir.join("payload.bin"), 16384, None, &torrent)?;
+    let info = weir_lab::torrent::make(&seed_dir.join("payload.bin"), 16384, None, &torrent)?;
+    let ih_hex = info.info_hash_hex();
     let ns = Netns::new("dht")?;
     let node: SocketAddr = "127.0.0.2:6881".parse()?;
     let seeder: SocketAddr = "127.0.0.3:6881".parse()?;
     let t = Instant::now();
-    let (_node_proc, node_out) =
-        lt_dht::start(&ns, &dir, "lt-dht-node", &["node", "127.0.0.2", "6881"])?;
-    let seed_path = seed_dir.to_string_lossy().into_owned();
-    let torrent_path = torrent.to_string_lossy().into_owned();
-    let (_seed_proc, seed_out) = lt_dht::start(
+    let (_node_proc, node_out) = lt_dht::start(
         &ns,
-        &dir,
+        dir.path(),
+        "lt-dht-node",
+        "127.0.0.2",
+        6881,
+        Role::Node,
+    )?;
+    let (_seed_proc, _seed_out) = lt_dht::start(
+        &ns,
+        dir.path(),
         "lt-seeder",
-        &[
-            "seed",
-            "127.0.0.3",
-            "6881",
-            &seed_path,
-            &torrent_path,
-            "127.0.0.2:6881",
-        ],
+        "127.0.0.3",
+        6881,
+        Role::Seed {
+            dir: &seed_dir,
+            torrent: &torrent,
+            boot: "127.0.0.2:6881",
+        },
     )?;
-    let ih_line = wait_line(
-        &seed_out,
-        t + Duration::from_secs(30),
-        "seeder INFOHASH",
-        |l| l.starts_with("INFOHASH "),
-    )?;
-    let ih_hex = ih_line.trim_start_matches("INFOHASH ").trim().to_string();
     let mut ih = [0u8; 20];
     for (i, b) in ih.iter_mut().enumerate() {
         *b = u8::from_str_radix(&ih_hex[2 * i..2 * i + 2], 16).context("info-hash hex")?;

@@ -12,24 +12,39 @@
 //!
 //! libtorrent runs with LSD, UPnP, NAT-PMP, uTP and its public DHT routers
 //! off, `dht_restrict_routing_ips` and `dht_restrict_search_ips` off (so
-//! 127.0.0.x nodes count). Without `CI` the tests skip when root,
+//! 127.0.0.x nodes count; `weir_lab::bt::dht`). Without `CI` the tests skip when root,
 //! namespaces or python3-libtorrent are missing; with `CI` they fail.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use weir_lab::bt::dht as lt_dht;
+use weir_lab::bt::dht::{self, Role};
 use weir_lab::process::{Proc, wait_line};
 use weir_lab::{Netns, TempDir, ci, payload};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+const PYTHON: &str = "/usr/bin/python3";
 const NODE: &str = "127.0.0.2:6881";
 const SIZE: u64 = 3_000_017;
 
 fn ready() -> anyhow::Result<bool> {
-    Ok(ci::require_root_and_netns()? && lt_dht::available()?)
+    if !ci::require_root_and_netns()? || !ci::require_program(PYTHON)? {
+        return Ok(false);
+    }
+    let ok = Command::new(PYTHON)
+        .args(["-c", "import libtorrent"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        ci::unavailable("python3-libtorrent is not installed")?;
+    }
+    Ok(ok)
 }
 
 /// A payload file `dir/seed/dht.bin` and a trackerless torrent of it made
@@ -57,6 +72,11 @@ fn magnet(hash: &str) -> String {
     format!("magnet:?xt=urn:btih:{hash}&dn=dht.bin")
 }
 
+/// Waits for the node to store `hash` from `ip`.
+fn announced(node: &Receiver<String>, hash: &str, ip: &str, port: u16) -> anyhow::Result<()> {
+    dht::wait_announce(node, hash, ip, port, Duration::from_secs(20))
+}
+
 fn check(path: &Path) -> anyhow::Result<()> {
     payload::verify(path, SIZE, 11).with_context(|| format!("{}", path.display()))
 }
@@ -71,22 +91,21 @@ fn weir_gets_a_magnet_from_a_libtorrent_seeder_found_through_a_libtorrent_dht_no
     let (torrent, hash) = fixture(&dir)?;
     let ns = Netns::new("dht-a")?;
     let t0 = Instant::now();
-    let (_node, node_out) = lt_dht::start(&ns, &dir, "lt-node", &["node", "127.0.0.2", "6881"])?;
+    let (_node, node_out) = dht::start(&ns, dir.path(), "lt-node", "127.0.0.2", 6881, Role::Node)?;
     let seed_dir = dir.path().join("seed");
-    let (_seeder, _seeder_out) = lt_dht::start(
+    let (_seeder, _seeder_out) = dht::start(
         &ns,
-        &dir,
+        dir.path(),
         "lt-seeder",
-        &[
-            "seed",
-            "127.0.0.3",
-            "6881",
-            seed_dir.to_str().context("path")?,
-            torrent.to_str().context("path")?,
-            NODE,
-        ],
+        "127.0.0.3",
+        6881,
+        Role::Seed {
+            dir: &seed_dir,
+            torrent: &torrent,
+            boot: NODE,
+        },
     )?;
-    lt_dht::wait_announce(&node_out, &hash, "127.0.0.3", 6881, Duration::from_secs(20))?;
+    announced(&node_out, &hash, "127.0.0.3", 6881)?;
     let out_dir = dir.subdir("weir-out")?;
     let started = Instant::now();
     let out = weir_lab::process::run(
@@ -130,7 +149,7 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
     let dir = TempDir::new("interop-dht-b")?;
     let (torrent, hash) = fixture(&dir)?;
     let ns = Netns::new("dht-b")?;
-    let (_node, node_out) = lt_dht::start(&ns, &dir, "lt-node", &["node", "127.0.0.2", "6881"])?;
+    let (_node, node_out) = dht::start(&ns, dir.path(), "lt-node", "127.0.0.2", 6881, Role::Node)?;
     let seed_dir = dir.path().join("seed");
     let mut cmd = ns.command(WEIR);
     cmd.args(["--allow", "127.0.0.0/8", "seed", "-q", "--no-trackers"])
@@ -138,22 +157,23 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
         .arg(&torrent)
         .arg(&seed_dir);
     let mut weir = Proc::spawn_logged("weir-seed", &mut cmd, dir.path())?;
-    lt_dht::wait_announce(&node_out, &hash, "127.0.0.3", 6881, Duration::from_secs(20))
+    announced(&node_out, &hash, "127.0.0.3", 6881)
         .map_err(|e| anyhow::anyhow!("{e:#}; {}", weir.log_tail(20)))?;
     let leech_dir = dir.subdir("lt-out")?;
     let started = Instant::now();
-    let (_leech, leech_out) = lt_dht::start(
+    let link = magnet(&hash);
+    let (_leech, leech_out) = dht::start(
         &ns,
-        &dir,
+        dir.path(),
         "lt-leecher",
-        &[
-            "leech",
-            "127.0.0.4",
-            "6881",
-            leech_dir.to_str().context("path")?,
-            &magnet(&hash),
-            NODE,
-        ],
+        "127.0.0.4",
+        6881,
+        Role::Leech {
+            dir: &leech_dir,
+            magnet: &link,
+            boot: NODE,
+            force: true,
+        },
     )?;
     let deadline = Instant::now() + Duration::from_secs(25);
     wait_line(&leech_out, deadline, "libtorrent's METADATA", |l| {

@@ -8,7 +8,11 @@
 //! - a torrent and an ed2k link of different files in one `weir get` under
 //!   one download cap: both complete, and together they take at least the
 //!   time the cap allows;
-//! - two torrents whose libtorrent seeders dial the one weir port.
+//! - two torrents whose libtorrent seeders dial the one weir port;
+//! - magnet links: weir fetches one from the libtorrent seeder its x.pe
+//!   names; a libtorrent leecher and a Transmission leecher given one get
+//!   the metadata (BEP 9) and the data from a weir seeder; weir learns a
+//!   seeder only through libtorrent's PEX.
 //!
 //! Without root or the programs the tests skip, unless `CI` is set: then
 //! they fail.
@@ -497,4 +501,67 @@ fn weir_learns_a_seeder_only_through_pex_from_a_libtorrent_peer() -> anyhow::Res
         Ok(())
     })?;
     Ok(())
+}
+
+/// Transmission's address: its own 127.0.0.x, away from weir's.
+const TR_LEECH: &str = "127.0.0.5:51413";
+
+#[test]
+fn transmission_given_a_magnet_gets_metadata_and_data_from_weir() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    for p in Client::Transmission.programs() {
+        if !ci::require_program(&p)? {
+            return Ok(());
+        }
+    }
+    let ns = Netns::new("isess-magtr")?;
+    let dir = TempDir::new("session-magtr")?;
+    let home = dir.subdir("home")?;
+    let data = dir.subdir("data")?;
+    let torrent = file_and_torrent(&data, "tr.bin", 6 << 20, 99)?;
+    let info = weir_lab::torrent::TorrentInfo::read(&torrent)?;
+    let hex: String = info.info_hash.iter().map(|b| format!("{b:02x}")).collect();
+    // The link names weir (x.pe), but Transmission 3.00 reads no x.pe and
+    // drops 127/8 peers a tracker hands it: weir dials it (`--peer`), and
+    // it gets the metadata (BEP 9) over that connection, then the data.
+    let magnet = format!("magnet:?xt=urn:btih:{hex}&dn=tr.bin&x.pe={LT_SEED2}");
+    let out = dir.subdir("tr-out")?;
+    let opts = Options {
+        magnet: Some(magnet),
+        timeout: Duration::from_secs(25),
+        ..Options::default()
+    };
+    std::thread::scope(|sc| -> anyhow::Result<()> {
+        let leech = sc.spawn(|| {
+            bt::leech_with(
+                &ns,
+                &Client::Transmission,
+                &torrent,
+                &out,
+                addr(TR_LEECH),
+                &opts,
+            )
+        });
+        ns.wait_port(TR_LEECH.parse()?, Duration::from_secs(20))?;
+        let mut cmd = weir(&ns, &home);
+        cmd.arg("seed")
+            .arg(&torrent)
+            .arg(&data)
+            .args(["--listen", LT_SEED2, "--no-trackers", "--no-dht", "-q"])
+            .args(["--peer", TR_LEECH]);
+        let mut seed = Proc::spawn_logged("weir seed", &mut cmd, dir.path())?;
+        let r = leech
+            .join()
+            .map_err(|_| anyhow::anyhow!("the leecher thread panicked"))?
+            .map_err(|e| anyhow::anyhow!("{e:#}; weir: {}", seed.log_tail(20)))?;
+        payload::files_equal(&data.join("tr.bin"), &out.join("tr.bin"))?;
+        eprintln!(
+            "Transmission from a magnet, metadata and data from weir: {:.1} s",
+            r.seconds
+        );
+        seed.kill_tree()?;
+        Ok(())
+    })
 }

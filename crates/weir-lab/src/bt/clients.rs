@@ -119,6 +119,9 @@ pub(crate) fn launch(
             if let Some(l) = opts.upload_limit {
                 c.arg("--ul-limit").arg(l.to_string());
             }
+            if let (Role::Leech, Some(m)) = (role, &opts.magnet) {
+                c.arg("--magnet").arg(m);
+            }
             c.args(&opts.extra_args);
             let proc = Proc::spawn_logged(&label, &mut c, logs)?;
             Ok(Launched {
@@ -369,15 +372,14 @@ fn launch_transmission(
     let mut proc = Proc::spawn_logged(label, &mut c, work.path())?;
     let up = Instant::now() + Duration::from_secs(30);
     wait_rpc(ns, &mut proc, rpc, up)?;
+    let what = match (role, &opts.magnet) {
+        (Role::Leech, Some(m)) => OsArg::S(m.as_str()),
+        _ => OsArg::P(torrent),
+    };
     let out = remote(
         ns,
         rpc,
-        &[
-            OsArg::S("-a"),
-            OsArg::P(torrent),
-            OsArg::S("-w"),
-            OsArg::P(dir),
-        ],
+        &[OsArg::S("-a"), what, OsArg::S("-w"), OsArg::P(dir)],
     )?;
     if !out.contains("success") {
         return Err(proc.failure(&format!("transmission-remote -a said: {}", out.trim())));

@@ -1,31 +1,27 @@
-//! libtorrent on the DHT only, inside a [`Netns`]: a DHT node, a seeder
-//! that announces itself, or a leecher of a magnet link (the script
-//! `lt_dht.py`; its header says the modes and what it prints). One
-//! process per 127.0.0.x: libtorrent keeps one node per IP in its table.
-//!
-//! Settings follow the lab's rules for libtorrent's DHT on loopback:
-//! `dht_restrict_routing_ips` and `dht_restrict_search_ips` off, no
-//! bootstrap routers, LSD, UPnP, NAT-PMP or uTP.
+//! libtorrent with its DHT on, for magnet tests and benches: a DHT node, a
+//! seeder that announces to it, a leecher that starts from a magnet link
+//! (see `lt_dht.py` for the settings: only 127.0.0.x nodes, everything
+//! else that could reach out off). Run it inside a [`Netns`] holding only
+//! `lo`, each instance on its own 127.0.0.x.
 
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::netns::Netns;
 use crate::process::{Proc, stdout_lines, wait_line};
-use crate::tmpdir::TempDir;
 
 const SCRIPT: &str = include_str!("lt_dht.py");
-/// The interpreter python3-libtorrent is installed for.
-pub const PYTHON: &str = "/usr/bin/python3";
 
 /// Whether python3-libtorrent can be used here; when it cannot, the test
 /// skips (or fails when `CI` is set, through [`crate::ci::unavailable`]).
 pub fn available() -> anyhow::Result<bool> {
-    if !crate::ci::require_program(PYTHON)? {
+    let python = super::clients::PYTHON;
+    if !crate::ci::require_program(python)? {
         return Ok(false);
     }
-    let ok = Command::new(PYTHON)
+    let ok = std::process::Command::new(python)
         .args(["-c", "import libtorrent"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -38,28 +34,84 @@ pub fn available() -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-/// Starts the script in `ns` as `name` with `args` (`node IP PORT
-/// [BOOT...]`, `seed IP PORT DIR TORRENT [BOOT...]`, `leech IP PORT DIR
-/// MAGNET [BOOT...]`), its stderr kept as `dir/<name>.stderr`; returns
-/// once it printed READY (within 20 s), with the lines it prints next.
+/// What one instance is.
+#[derive(Clone, Copy, Debug)]
+pub enum Role<'a> {
+    /// A DHT node only.
+    Node,
+    /// Seeds `torrent` from `dir` (seed mode: no check), announcing to the
+    /// DHT every second, starting from the node `boot` (`HOST:PORT`).
+    Seed {
+        /// The directory holding the torrent's data.
+        dir: &'a Path,
+        /// The .torrent file.
+        torrent: &'a Path,
+        /// The DHT node to start from.
+        boot: &'a str,
+    },
+    /// Fetches `magnet` into `dir`, finding peers through the DHT from
+    /// `boot`; with `force`, it also forces a DHT announce every second.
+    Leech {
+        /// Output directory.
+        dir: &'a Path,
+        /// The magnet link.
+        magnet: &'a str,
+        /// The DHT node to start from.
+        boot: &'a str,
+        /// Announce every second (otherwise libtorrent's own schedule).
+        force: bool,
+    },
+}
+
+/// Starts one instance as `name` on `ip:port` in `ns` (the script and its
+/// stderr log go to `work`); returns once it printed READY (at most 20 s),
+/// with the receiver of the lines it prints after: `ANNOUNCE hash ip
+/// port` (a node stored an announce), `METADATA`, `FIRST` (first piece
+/// verified), `FINISHED`, each as it happens.
 pub fn start(
     ns: &Netns,
-    dir: &TempDir,
+    work: &Path,
     name: &str,
-    args: &[&str],
+    ip: &str,
+    port: u16,
+    role: Role<'_>,
 ) -> anyhow::Result<(Proc, Receiver<String>)> {
-    let script = dir.path().join("lt_dht.py");
+    let script = work.join("weir_lt_dht.py");
     if !script.exists() {
         std::fs::write(&script, SCRIPT)?;
     }
-    let mut cmd = ns.command(PYTHON);
-    cmd.arg(&script)
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = ns.command(super::clients::PYTHON);
+    cmd.arg(&script);
+    let port = port.to_string();
+    let port = port.as_str();
+    let path = |p: &Path| p.as_os_str().to_owned();
+    match role {
+        Role::Node => {
+            cmd.args(["node", ip, port]);
+        }
+        Role::Seed { dir, torrent, boot } => {
+            cmd.args(["seed", ip, port])
+                .arg(path(dir))
+                .arg(path(torrent))
+                .arg(boot);
+        }
+        Role::Leech {
+            dir,
+            magnet,
+            boot,
+            force,
+        } => {
+            cmd.args(["leech", ip, port])
+                .arg(path(dir))
+                .args([magnet, boot]);
+            if force {
+                cmd.arg("force");
+            }
+        }
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(
-            dir.path().join(format!("{name}.stderr")),
-        )?);
+        .stderr(std::fs::File::create(work.join(format!("{name}.stderr")))?);
     let mut p = Proc::spawn(name, &mut cmd)?;
     let rx = stdout_lines(&mut p)?;
     wait_line(
@@ -68,24 +120,27 @@ pub fn start(
         &format!("{name} READY"),
         |l| l == "READY",
     )
-    .map_err(|e| anyhow::anyhow!("{e:#}; {}", p.log_tail(20)))?;
+    .map_err(|e| {
+        let log = crate::process::tail_file(&work.join(format!("{name}.stderr")), 20);
+        anyhow::anyhow!("{e:#}; {}", log)
+    })?;
     Ok((p, rx))
 }
 
-/// Waits up to `timeout` for the node printing `lines` to store an announce
-/// of `info_hash` (hex) from `ip:port`.
+/// Waits (at most `timeout`) until the node whose lines are `node` stored
+/// an announce of `hash` (hex) from `ip:port`.
 pub fn wait_announce(
-    lines: &Receiver<String>,
-    info_hash: &str,
+    node: &Receiver<String>,
+    hash: &str,
     ip: &str,
     port: u16,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let want = format!("ANNOUNCE {info_hash} {ip} {port}");
+    let want = format!("ANNOUNCE {hash} {ip} {port}");
     wait_line(
-        lines,
+        node,
         Instant::now() + timeout,
-        &format!("{ip}:{port}'s announce of {info_hash} at the node"),
+        &format!("{ip}'s announce at the node"),
         |l| l == want,
     )?;
     Ok(())

@@ -165,6 +165,12 @@ pub struct Options {
     /// Leech: sample the bytes the leecher has received every this often
     /// ([`LeechResult::progress`]).
     pub progress_every: Option<Duration>,
+    /// Leech (libtorrent, Transmission): start from this magnet link, not
+    /// the torrent file (which then only names the run and the output);
+    /// the metadata comes from the peers (BEP 9). Transmission 3.00 reads
+    /// no `x.pe` and drops tracker-given 127/8 peers, so its peer must dial
+    /// it.
+    pub magnet: Option<String>,
     /// Extra arguments appended to the client's command line
     /// (libtorrent: `--forced-enc` for MSE/PE with RC4 only, both ways,
     /// `--utp-only` for uTP with TCP off both ways;
@@ -182,6 +188,7 @@ impl Default for Options {
             timeout: Duration::from_secs(600),
             ready_timeout: Duration::from_secs(120),
             progress_every: None,
+            magnet: None,
             extra_args: Vec::new(),
         }
     }
@@ -311,14 +318,19 @@ pub fn leech_with(
 ) -> anyhow::Result<LeechResult> {
     check_addr(addr)?;
     let info = TorrentInfo::read(torrent)?;
-    if !client.can_dial_peer() && info.announce.is_none() {
+    // With a magnet link a leecher that cannot dial may be dialled.
+    if !client.can_dial_peer() && info.announce.is_none() && opts.magnet.is_none() {
         bail!(
             "{} cannot dial a peer by address and {} has no tracker",
             client.name(),
             torrent.display()
         );
     }
-    if client.can_dial_peer() && opts.peers.is_empty() && info.announce.is_none() {
+    if client.can_dial_peer()
+        && opts.peers.is_empty()
+        && info.announce.is_none()
+        && opts.magnet.is_none()
+    {
         bail!("no peer given and {} has no tracker", torrent.display());
     }
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;

@@ -154,6 +154,10 @@ enum Store {
 /// them all together and tokio started 512 threads for it; more than a
 /// few at once only makes the disk seek.
 const OPENS_AT_ONCE: usize = 4;
+/// Log target of a transfer's milestones (its first piece verified, every
+/// piece verified): hidden under the default filter, shown by
+/// `RUST_LOG=info`; `weir bench magnet` times them.
+const MILESTONE: &str = "milestone";
 
 struct Driver {
     cfg: EngineConfig,
@@ -173,6 +177,8 @@ struct Driver {
     progress: watch::Sender<Snapshot>,
     started: Instant,
     last_complete: Option<Instant>,
+    /// Transfers whose first verified piece was logged ([`MILESTONE`]).
+    first_piece_said: std::collections::HashSet<TransferId>,
     fatal: Option<EngineError>,
     accept_tasks: Vec<JoinHandle<()>>,
     /// Bound listeners not accepting yet (see `EngineConfig::accept_at_start`).
@@ -239,6 +245,7 @@ pub(super) fn spawn(
         progress,
         started: Instant::now(),
         last_complete: None,
+        first_piece_said: Default::default(),
         fatal: None,
         accept_tasks: Vec::new(),
         listeners,
@@ -773,6 +780,9 @@ impl Driver {
         match event {
             TransferEvent::Complete => {
                 self.last_complete = Some(now);
+                // Milestones (here and the first piece below) are timed by
+                // `weir bench magnet`; off by default (RUST_LOG=info shows them).
+                tracing::info!(target: MILESTONE, "{}: every piece verified", self.transfer_name(id, now));
                 self.publish(false);
             }
             TransferEvent::Failed(error) => {
@@ -792,8 +802,21 @@ impl Driver {
                 }
                 self.publish(false);
             }
-            TransferEvent::Verified(_) => {}
+            TransferEvent::Verified(_) => {
+                // The first this run (a piece verified at the start-up
+                // check counts too: it is data there).
+                if self.first_piece_said.insert(id) {
+                    tracing::info!(target: MILESTONE, "{}: first piece verified", self.transfer_name(id, now));
+                }
+            }
         }
+    }
+
+    /// A transfer's name for the log (its id once it is gone).
+    fn transfer_name(&self, id: TransferId, now: Instant) -> String {
+        self.session
+            .info(id, now)
+            .map_or_else(|| id.to_string(), |i| i.name)
     }
 
     fn start_trackers(&mut self, id: TransferId) {

@@ -54,8 +54,9 @@ impl BufPool {
         BytesMut::with_capacity(self.size)
     }
 
-    /// Keeps `buf` (whose bytes the caller no longer needs) for a later
-    /// [`BufPool::take`], unless the pool is full.
+    /// Keeps `buf` (whose bytes the caller no longer needs; the rest of a
+    /// buffer from [`BufPool::take`] whose front was split off) for a
+    /// later [`BufPool::take`], unless the pool is full.
     pub fn give(&self, mut buf: BytesMut) {
         buf.clear();
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
@@ -76,7 +77,8 @@ impl BufPool {
 
     /// Makes room in `buf` for a read: in place when nothing else refers
     /// to its allocation (the unread tail moved to the front), otherwise by
-    /// moving the tail into a buffer from the pool and keeping `buf`'s.
+    /// moving the tail into a buffer from the pool and keeping `buf`'s
+    /// (`buf` must come from this pool's [`BufPool::take`]).
     pub fn refill(&self, buf: &mut BytesMut) {
         // The whole buffer again, less the tail kept; at least a good read.
         let min = self.size / 8;
@@ -143,6 +145,24 @@ mod tests {
         assert_eq!(buf.len(), 1014);
         assert!(buf.capacity() - buf.len() >= 128, "room for a read");
         drop(held);
+    }
+
+    #[test]
+    fn a_buffer_split_off_whole_comes_back() {
+        // A read that fills its buffer: the handle left has no capacity
+        // but still owns the allocation.
+        let pool = BufPool::new(4096, 4);
+        let mut buf = pool.take();
+        buf.resize(4096, 9);
+        let block = buf.split_to(4096).freeze();
+        let first = block.as_ptr();
+        assert_eq!(buf.capacity(), 0);
+        pool.give(buf);
+        assert_eq!(pool.kept(), 1);
+        drop(block);
+        let again = pool.take();
+        assert_eq!(again.as_ptr(), first, "the same allocation, reused");
+        assert!(again.capacity() >= 4096);
     }
 
     #[test]

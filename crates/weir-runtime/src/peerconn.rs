@@ -191,7 +191,21 @@ pub struct WriteRx {
     queued: Arc<AtomicU64>,
 }
 
-/// A queue holding at most `limit` bytes not yet written.
+/// What holding one queued message costs besides its bytes (its chunks'
+/// handles, its place in the channel and the writer's queue, the
+/// allocator's headers), charged to the queue's bound with them: a peer
+/// whose answers are tiny (an eD2k server's FOUNDSOURCES, ~30 bytes)
+/// otherwise made the process hold ~5 bytes per byte counted.
+const MESSAGE_OVERHEAD: u64 = 128;
+/// The same per chunk of a message.
+const CHUNK_OVERHEAD: u64 = 48;
+
+fn overhead(o: &Outgoing) -> u64 {
+    MESSAGE_OVERHEAD + CHUNK_OVERHEAD * o.data.len() as u64
+}
+
+/// A queue holding at most `limit` bytes not yet written (counting what
+/// holding each message costs, [`MESSAGE_OVERHEAD`]).
 pub fn write_queue(limit: u64) -> (WriteQueue, WriteRx) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicU64::new(0));
@@ -214,7 +228,7 @@ impl WriteQueue {
         if self.tx.is_closed() {
             return Err(QueueError::Closed);
         }
-        let len: u64 = o.data.iter().map(|b| b.len() as u64).sum();
+        let len: u64 = o.data.iter().map(|b| b.len() as u64).sum::<u64>() + overhead(&o);
         let before = self.queued.fetch_add(len, Ordering::AcqRel);
         if before > 0 && before + len > self.limit {
             self.queued.fetch_sub(len, Ordering::AcqRel);
@@ -247,7 +261,7 @@ impl WriteQueue {
 pub async fn reader<R, D, T>(
     conn: u32,
     mut rd: R,
-    mut buf: BytesMut,
+    buf: BytesMut,
     mut decoder: D,
     down: Limiter,
     tx: mpsc::Sender<T>,
@@ -256,6 +270,16 @@ pub async fn reader<R, D, T>(
     D: Decode,
     T: From<ConnEvent<D::Msg, D::Error>>,
 {
+    // Everything the reader holds comes from the pool, and goes back to it
+    // however the reader ends (its task is aborted when the driver drops
+    // the connection): what the handshake read, in a small buffer of its
+    // own, is moved into a pool buffer (a foreign buffer given to the pool
+    // could never be handed out again, only take a place).
+    let mut first = read_pool().take();
+    first.extend_from_slice(&buf);
+    drop(buf);
+    let mut held = Pooled(first);
+    let buf = &mut held.0;
     let failed = |error: ReadFailure<D::Error>| ConnEvent::ReadError { conn, error }.into();
     let credits = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     let credit = || {
@@ -275,7 +299,7 @@ pub async fn reader<R, D, T>(
                 full = true;
                 break;
             }
-            match decoder.decode(&mut buf) {
+            match decoder.decode(buf) {
                 Ok(Some(m)) => msgs.push(m),
                 Ok(None) => break,
                 Err(e) => {
@@ -305,11 +329,11 @@ pub async fn reader<R, D, T>(
             continue;
         }
         if buf.capacity() - buf.len() < MIN_FREE {
-            read_pool().refill(&mut buf);
+            read_pool().refill(buf);
         }
         let want = buf.capacity() - buf.len();
         let grant = down.acquire(want).await;
-        let n = match rd.read_buf(&mut (&mut buf).limit(grant)).await {
+        let n = match rd.read_buf(&mut (&mut *buf).limit(grant)).await {
             Ok(n) => n,
             Err(e) => {
                 down.refund(grant);
@@ -326,6 +350,20 @@ pub async fn reader<R, D, T>(
     }
 }
 
+/// A reader's receive buffer, given back to [`read_pool`] when the reader
+/// ends or is aborted: the next connection takes it again, its pages
+/// mapped, instead of each connection's 512 KiB going back to glibc,
+/// which keeps freed chunks of that size in its arenas (a flood of
+/// connections one after another left ~0.15 MiB resident per closed
+/// connection).
+struct Pooled(BytesMut);
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        read_pool().give(std::mem::take(&mut self.0));
+    }
+}
+
 /// A run of messages to write: control messages (`payload == 0`) or
 /// blocks (`payload` = their data bytes, which the upload cap charges).
 #[derive(Debug)]
@@ -333,6 +371,9 @@ struct Unit {
     data: VecDeque<Bytes>,
     payload: u64,
     paid: bool,
+    /// Charged to the queue's count with the bytes; released once the
+    /// unit is written.
+    overhead: u64,
 }
 
 /// Writes what the driver queues, as vectored writes over shared buffers,
@@ -368,13 +409,13 @@ pub async fn writer<M, E, T>(
                 return;
             }
             match rx.recv().await {
-                Some(o) => queue.extend(unit(o, unlimited)),
+                Some(o) => queue.extend(unit(o, unlimited, &queued)),
                 None => open = false,
             }
             continue;
         }
         while let Ok(o) = rx.try_recv() {
-            queue.extend(unit(o, unlimited));
+            queue.extend(unit(o, unlimited, &queued));
         }
         if !queue[0].paid {
             // Control runs queued behind go first.
@@ -392,7 +433,7 @@ pub async fn writer<M, E, T>(
             tokio::select! {
                 g = up.acquire(want) => credit += g as u64,
                 o = rx.recv(), if open => match o {
-                    Some(o) => queue.extend(unit(o, unlimited)),
+                    Some(o) => queue.extend(unit(o, unlimited, &queued)),
                     None => open = false,
                 },
             }
@@ -426,6 +467,7 @@ pub async fn writer<M, E, T>(
                 adv -= front.len();
                 u.data.pop_front();
                 if u.data.is_empty() {
+                    queued.fetch_sub(u.overhead, Ordering::AcqRel);
                     queue.pop_front();
                 }
             } else {
@@ -463,12 +505,18 @@ pub fn linger(task: tokio::task::JoinHandle<()>) {
     });
 }
 
-fn unit(o: Outgoing, unlimited: bool) -> Option<Unit> {
+fn unit(o: Outgoing, unlimited: bool, queued: &AtomicU64) -> Option<Unit> {
+    let overhead = overhead(&o);
     let data: VecDeque<Bytes> = o.data.into_iter().filter(|b| !b.is_empty()).collect();
-    (!data.is_empty()).then_some(Unit {
+    if data.is_empty() {
+        queued.fetch_sub(overhead, Ordering::AcqRel);
+        return None;
+    }
+    Some(Unit {
         data,
         payload: o.payload,
         paid: unlimited || o.payload == 0,
+        overhead,
     })
 }
 

@@ -105,8 +105,15 @@ pub struct TorrentConfig {
     pub upload_slots: usize,
     /// Requests we accept queued from one peer (advertised as `reqq`).
     pub max_peer_requests: u32,
-    /// Bytes of one peer's uploads in flight (reads plus unsent).
+    /// Most bytes of one peer's uploads in flight (reads plus unsent): its
+    /// window grows to this as it takes them fast enough.
     pub upload_watermark: u64,
+    /// Bytes of uploads in flight for a peer whose connection takes
+    /// nothing (or takes slowly): each peer's window is
+    /// half a second of the rate its connection takes bytes,
+    /// between this and `upload_watermark`. A peer that asks for
+    /// everything and reads nothing holds this much, not the watermark.
+    pub min_upload_window: u64,
     /// Largest storage read for uploads (adjacent requests coalesce).
     pub max_read: u32,
     /// Bytes handed to storage but not yet verified before new requests
@@ -137,6 +144,7 @@ impl TorrentConfig {
             upload_slots: 8,
             max_peer_requests: 4096,
             upload_watermark: 4 << 20,
+            min_upload_window: 1 << 20,
             max_read: 1 << 20,
             max_unverified: 32 << 20,
             seed: 0x5eed,
@@ -702,6 +710,7 @@ impl Torrent {
     pub fn on_sent(&mut self, conn: ConnId, bytes: u64, now: Instant) {
         if let Some(p) = self.peers.get_mut(&conn) {
             p.upload_queued = p.upload_queued.saturating_sub(bytes);
+            p.taken.record(now, bytes);
             self.serve(conn, now);
             self.flush();
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
-use weir_core::meter::TransferMeter;
+use weir_core::meter::{RECENT_SPAN, RateMeter, TransferMeter};
 use weir_core::outbox::{Outbox, Unit};
 use weir_core::picker::PeerHas;
 use weir_core::pipeline::{Pipeline, PipelineConfig};
@@ -86,6 +86,10 @@ pub(crate) struct Peer {
     pub(crate) requests: VecDeque<BlockRef>,
     /// Bytes of reads in flight plus bytes queued to the socket.
     pub(crate) upload_queued: u64,
+    /// Bytes its connection took (the writer's reports): the rate that
+    /// sizes its upload window (`Torrent::upload_window`). Not `up`, which
+    /// counts blocks when they are handed to the writer, read or not.
+    pub(crate) taken: RateMeter,
     pub(crate) last_block_at: Instant,
     pub(crate) last_recv_at: Instant,
     /// When the connection became a peer.
@@ -140,6 +144,7 @@ impl Peer {
             blocks_sent: 0,
             requests: VecDeque::new(),
             upload_queued: 0,
+            taken: RateMeter::new(now, RECENT_SPAN),
             last_block_at: now,
             last_recv_at: now,
             connected_at: now,

@@ -35,6 +35,36 @@ pub(super) struct Read {
     pub(super) blocks: Vec<BlockRef>,
 }
 
+/// Seconds of the rate a peer's connection takes bytes that its upload
+/// window holds (see [`upload_window`]).
+pub(crate) const UPLOAD_WINDOW_TIME: f64 = 0.5;
+
+/// A peer's upload window: bytes of its uploads in flight (reads plus
+/// unsent) before its next request waits. Sized from the rate its
+/// connection took bytes over the last seconds (`SEEDS.md`: queues sized
+/// from rate), between the configured minimum and the watermark: a fast
+/// honest peer gets the watermark within its first second, a peer that
+/// reads nothing has rate zero and holds the minimum.
+pub(crate) fn upload_window(cfg: &super::TorrentConfig, taken_rate: f64) -> u64 {
+    let by_rate = (taken_rate * UPLOAD_WINDOW_TIME) as u64;
+    by_rate.clamp(
+        cfg.min_upload_window.min(cfg.upload_watermark),
+        cfg.upload_watermark,
+    )
+}
+
+/// The rate a peer's connection takes bytes, as its window reads it: over
+/// at least its first second (what the kernel's buffers swallow in the
+/// first few milliseconds is no rate: a peer that reads nothing would
+/// otherwise read as fast at first).
+fn taken_rate(taken: &weir_core::meter::RateMeter, now: Instant) -> f64 {
+    if now.saturating_duration_since(taken.origin()) < std::time::Duration::from_secs(1) {
+        taken.total() as f64
+    } else {
+        taken.rate(now)
+    }
+}
+
 /// Cancels of blocks already being read that a peer may send beyond the
 /// blocks it was sent.
 const CANCELLED_READS_MARGIN: u32 = 1024;
@@ -173,11 +203,12 @@ impl Torrent {
     /// Issues storage reads for the peer's queued requests while its
     /// uploads in flight stay under the watermark. Adjacent requests of one
     /// piece are read together.
-    pub(super) fn serve(&mut self, conn: ConnId, _now: Instant) {
+    pub(super) fn serve(&mut self, conn: ConnId, now: Instant) {
         let Some(p) = self.peers.get_mut(&conn) else {
             return;
         };
-        while p.upload_queued < self.cfg.upload_watermark && !p.am_choking && !p.closing {
+        let window = upload_window(&self.cfg, taken_rate(&p.taken, now));
+        while p.upload_queued < window && !p.am_choking && !p.closing {
             let Some(first) = p.requests.pop_front() else {
                 break;
             };
@@ -187,6 +218,10 @@ impl Torrent {
                 if next.index != first.index
                     || next.begin != first.begin + len
                     || len + next.length > self.cfg.max_read
+                    // A read ends at the window (a first block past it
+                    // still goes): what is held stays within one block of
+                    // it.
+                    || p.upload_queued + u64::from(len + next.length) > window
                 {
                     break;
                 }

@@ -17,7 +17,7 @@ use super::driver::Msg;
 use super::mse::MseCtx;
 use super::transport::{Link, PeerStream, TransportCtx};
 use crate::mse::MseStream;
-use crate::peerconn::{Decode, READ_BUF};
+use crate::peerconn::Decode;
 
 /// What a connection's reader decodes, whatever the protocol.
 #[derive(Debug)]
@@ -73,12 +73,19 @@ impl Decode for Ed2kDecoder {
     }
 }
 
+/// What a handshake is read into: the 68 bytes and what usually rides
+/// along (a bitfield, an extension handshake). Not a 512 KiB receive
+/// buffer: connections that never finish a handshake (hundreds at once)
+/// would each hold one; the reader moves what is left into a buffer from
+/// the read pool.
+const HANDSHAKE_READ: usize = 4096;
+
 /// Reads the peer's BitTorrent handshake (68 bytes) from `stream`; what
 /// came after it stays in the returned buffer.
 pub(super) async fn read_handshake<S: AsyncRead + Unpin>(
     stream: &mut S,
 ) -> std::io::Result<(Handshake, BytesMut)> {
-    let mut buf = BytesMut::with_capacity(READ_BUF);
+    let mut buf = BytesMut::with_capacity(HANDSHAKE_READ);
     let theirs = loop {
         match Handshake::decode(&buf) {
             Ok(Some(h)) => break h,

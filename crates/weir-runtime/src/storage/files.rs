@@ -237,7 +237,13 @@ impl Files {
     /// it must be is [`StorageFault::Truncated`].
     pub(crate) fn read(&self, offset: u64, len: usize) -> Result<Bytes, ReadError> {
         let pool = read_pool();
-        let mut buf = if len <= pool.size() {
+        // A block sent from a read keeps the read's whole buffer alive
+        // until it is written: a small read in a pool buffer pinned 1 MiB
+        // for a few KiB (a peer asking for one piece's blocks at a time
+        // held 4 MiB of reads in up to 64 MiB of buffers). Only reads of at
+        // least half a pool buffer use one; smaller ones get their size.
+        let pooled = (pool.size() / 2..=pool.size()).contains(&len);
+        let mut buf = if pooled {
             // Zeroing a mapped buffer costs far less than the page faults
             // of a fresh one (see `crate::bufpool`).
             let mut b = pool.take();
@@ -248,8 +254,11 @@ impl Files {
         };
         self.read_into(offset, &mut buf[..len])?;
         let out = buf.split_to(len).freeze();
-        if buf.capacity() > 0 {
-            // Handed out again once `out` (and every slice of it) is gone.
+        if pooled {
+            // Handed out again once `out` (and every slice of it) is gone;
+            // even when the read filled it (no capacity left, the handle
+            // still owns the allocation: before, a 1 MiB read never came
+            // back and each took a fresh buffer).
             pool.give(buf);
         }
         Ok(out)

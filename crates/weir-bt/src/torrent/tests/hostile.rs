@@ -14,6 +14,9 @@ struct One {
     reads: Vec<(u64, u32, u32, u32)>,
     writes: usize,
     closed: Option<String>,
+    /// The peer's connection takes nothing: sends are never reported
+    /// written.
+    reads_nothing: bool,
 }
 
 const C: ConnId = 1;
@@ -36,6 +39,7 @@ impl One {
             reads: Vec::new(),
             writes: 0,
             closed: None,
+            reads_nothing: false,
         }
     }
 
@@ -65,7 +69,9 @@ impl One {
                         self.sent.push(m);
                     }
                     let n: usize = data.iter().map(Bytes::len).sum();
-                    self.t.on_sent(C, n as u64, self.now);
+                    if !self.reads_nothing {
+                        self.t.on_sent(C, n as u64, self.now);
+                    }
                 }
                 Event::Storage(StorageOp::Read {
                     id,
@@ -259,8 +265,9 @@ fn a_choke_releases_the_reads_it_dropped_so_the_peer_is_served_again() {
     for i in 0..300u32 {
         o.msg(Message::Request(req(i / 4, (i % 4) * wire::BLOCK_LEN)));
     }
-    let wm = TorrentConfig::new([0; 20]).upload_watermark;
-    assert!(o.read_bytes() >= wm && o.read_bytes() <= wm + 1024 * 1024);
+    // (A new peer's window: it has taken nothing yet.)
+    let wm = TorrentConfig::new([0; 20]).min_upload_window;
+    assert_eq!(o.read_bytes(), wm);
     // Choked (it lost interest) while the reads are out; they complete.
     o.msg(Message::NotInterested);
     o.complete_reads();
@@ -294,7 +301,7 @@ fn request_cancel_pairs_cannot_push_reads_past_the_watermark() {
         o.msg(Message::Request(r));
         o.msg(Message::Cancel(r));
     }
-    let wm = TorrentConfig::new([0; 20]).upload_watermark;
+    let wm = TorrentConfig::new([0; 20]).min_upload_window;
     assert!(
         o.read_bytes() <= wm,
         "{} bytes of reads in flight",
@@ -305,6 +312,56 @@ fn request_cancel_pairs_cannot_push_reads_past_the_watermark() {
     o.complete_reads();
     assert_eq!(o.count(|m| matches!(m, Message::Piece { .. })), 0);
     assert_eq!(o.t.peers[&C].upload_queued, 0);
+}
+
+#[test]
+fn a_peer_that_reads_nothing_holds_the_minimum_window_and_one_that_reads_is_served_on() {
+    let cfg = TorrentConfig::new([0; 20]);
+    let block = u64::from(wire::BLOCK_LEN);
+    for reads_nothing in [true, false] {
+        let data = data();
+        let mut o = One::new(&data, true, |_| {});
+        o.reads_nothing = reads_nothing;
+        o.connect(true);
+        o.msg(Message::Interested);
+        // It asks for every block (320, 5 MiB).
+        for i in 0..320u32 {
+            o.msg(Message::Request(req(i / 4, (i % 4) * wire::BLOCK_LEN)));
+        }
+        // A new peer has taken nothing: the minimum window.
+        assert_eq!(o.read_bytes(), cfg.min_upload_window);
+        o.complete_reads();
+        let queued = o.t.peers[&C].upload_queued;
+        if reads_nothing {
+            // Its blocks wait for the socket: nothing more is read, and
+            // what it holds stays within the minimum window.
+            assert_eq!(o.read_bytes(), 0);
+            assert!(queued <= cfg.min_upload_window + block, "{queued}");
+        } else {
+            // It took what was sent: the next reads went out (within a
+            // block of its window).
+            let r = o.read_bytes();
+            assert!(
+                (cfg.min_upload_window..=cfg.min_upload_window + block).contains(&r),
+                "{r}"
+            );
+        }
+        assert_eq!(o.closed, None);
+    }
+}
+
+#[test]
+fn the_upload_window_follows_the_rate_a_peer_takes_bytes() {
+    use super::super::upload::{UPLOAD_WINDOW_TIME, upload_window};
+    let cfg = TorrentConfig::new([0; 20]);
+    assert_eq!(upload_window(&cfg, 0.0), cfg.min_upload_window);
+    // 4 MB/s: 2 MB in flight.
+    let mid = upload_window(&cfg, 4e6);
+    assert_eq!(mid, (4e6 * UPLOAD_WINDOW_TIME) as u64);
+    assert!(mid > cfg.min_upload_window && mid < cfg.upload_watermark);
+    // A fast peer (the bench's 16 MB/s leecher and faster): the watermark.
+    assert_eq!(upload_window(&cfg, 16e6), cfg.upload_watermark);
+    assert_eq!(upload_window(&cfg, 1e9), cfg.upload_watermark);
 }
 
 #[test]

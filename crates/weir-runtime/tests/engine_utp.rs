@@ -80,8 +80,10 @@ async fn pair(tag: &str, seed_t: &str, leech_t: &str) -> (Snapshot, Snapshot) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_to_engine_over_utp_only() {
     tokio::time::timeout(LIMIT, async {
+        // Counters, not the live peer count: the leecher may already have
+        // dropped its seeder (both complete) when its last snapshot is
+        // taken. Both ends speak only uTP, so the data came over it.
         let (s, l) = pair("utp-only", "utp", "utp").await;
-        assert_eq!(l.utp_peers, 1, "the leecher's peer was not over uTP");
         let u = s.utp.expect("the seeder runs uTP");
         assert!(u.endpoint.accepted >= 1, "{u:?}");
         // Prefer (the default) got RC4 over uTP.
@@ -95,7 +97,11 @@ async fn engine_to_engine_over_utp_only() {
 async fn both_transports_reach_a_tcp_only_seeder() {
     tokio::time::timeout(LIMIT, async {
         let (s, l) = pair("utp-to-tcp", "tcp", "tcp,utp").await;
-        assert_eq!((l.utp_peers, l.peers), (0, 1), "{l:?}");
+        // The data came (checked in `pair`) over the one handshake made,
+        // on TCP: no uTP peer at any time (the live count may already be
+        // zero once both are complete, so the handshake counters say it).
+        assert_eq!(l.utp_peers, 0, "{l:?}");
+        assert!(l.mse.out_rc4 + l.mse.out_plaintext >= 1, "{:?}", l.mse);
         assert!(s.utp.is_none(), "a TCP-only seeder without DHT runs no uTP");
     })
     .await
@@ -105,8 +111,10 @@ async fn both_transports_reach_a_tcp_only_seeder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_transports_reach_a_utp_only_seeder() {
     tokio::time::timeout(LIMIT, async {
-        let (_, l) = pair("tcp-to-utp", "utp", "tcp,utp").await;
-        assert_eq!(l.utp_peers, 1, "{l:?}");
+        // The seeder speaks only uTP: the data came over it.
+        let (s, l) = pair("tcp-to-utp", "utp", "tcp,utp").await;
+        let u = s.utp.expect("the seeder runs uTP");
+        assert!(u.endpoint.accepted >= 1, "{u:?}; leecher {l:?}");
     })
     .await
     .unwrap();

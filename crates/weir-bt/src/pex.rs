@@ -465,8 +465,11 @@ impl PexState {
         let minutes = now.saturating_duration_since(self.refilled).as_secs_f64() / 60.0;
         self.refilled = now;
         self.tokens = (self.tokens + minutes * self.cfg.learn_per_minute).min(self.cfg.learn_burst);
+        // One message may name an address twice; `known` alone does not
+        // catch that when it remembers fewer addresses than a list holds.
+        let mut this = BTreeSet::new();
         for p in decoded.msg.added {
-            if self.known.contains(&p.addr) {
+            if !this.insert(p.addr) || self.known.contains(&p.addr) {
                 continue;
             }
             if self.tokens < 1.0 {

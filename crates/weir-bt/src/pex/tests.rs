@@ -224,6 +224,39 @@ fn floods_from_one_peer_are_capped_and_too_frequent_messages_ignored() {
     assert!((2900..=3050).contains(&learnt), "{learnt}");
 }
 
+#[test]
+fn an_address_named_twice_in_one_message_is_learnt_once() {
+    // Found by the bt_pex fuzz target: with a short memory (`remember`
+    // smaller than the list), the second mention was learnt again.
+    let t0 = epoch();
+    for remember in [0, 1, 2, 1000] {
+        let mut s = PexState::new(
+            PexConfig {
+                remember,
+                ..PexConfig::default()
+            },
+            t0,
+        );
+        let peer = |i| PexPeer {
+            addr: v4(i, 7000),
+            flags: PexFlags::default(),
+        };
+        let msg = PexMessage {
+            added: vec![peer(1), peer(2), peer(1), peer(3), peer(2)],
+            dropped: vec![],
+        }
+        .encode();
+        let r = s.handle_message(&msg, t0).unwrap();
+        let addrs: Vec<SocketAddr> = r.added.iter().map(|p| p.addr).collect();
+        assert_eq!(
+            addrs,
+            [v4(1, 7000), v4(2, 7000), v4(3, 7000)],
+            "remember {remember}"
+        );
+        assert_eq!(s.stats().learnt, 3);
+    }
+}
+
 proptest! {
     #[test]
     fn round_trip(added in proptest::collection::vec((any::<[u8; 4]>(), 1u16.., any::<u8>()), 0..50),

@@ -1,12 +1,14 @@
-//! weir with protocol encryption (MSE/PE) against real clients that speak
-//! nothing else, each test in a network namespace it creates (only `lo`),
-//! weir run with its defaults (`--encryption prefer`), files compared byte
-//! for byte:
+//! weir with its defaults (`--transports tcp,utp`, `--encryption prefer`)
+//! against real clients that speak only encrypted (MSE/PE) or only uTP,
+//! each test in a network namespace it creates (only `lo`), files compared
+//! byte for byte:
 //!
 //! - weir downloads from a libtorrent seeder that accepts only encrypted
 //!   connections (`out_enc_policy`/`in_enc_policy` = forced,
-//!   `allowed_enc_level` = rc4);
-//! - a libtorrent leecher that only speaks encrypted downloads from weir;
+//!   `allowed_enc_level` = rc4), and from one that speaks only uTP (TCP off
+//!   both ways; weir dials uTP first, as libtorrent does);
+//! - libtorrent leechers that only speak encrypted, or only uTP (dialling
+//!   weir's UDP socket, the BitTorrent port), download from weir;
 //! - Transmission with encryption required downloads from weir (weir
 //!   dials it: Transmission 3.00 refuses 127/8 peers a tracker hands it).
 //!
@@ -54,7 +56,7 @@ struct Fixture {
 }
 
 fn fixture() -> anyhow::Result<Fixture> {
-    let dir = TempDir::new("interop-mse")?;
+    let dir = TempDir::new("interop-transports")?;
     let data = dir.subdir("seed")?;
     payload::write_tree(&data, &[("m.bin", SIZE)], 12)?;
     let t = dir.path().join("m.torrent");
@@ -102,15 +104,41 @@ fn weir_seeder(extra: &[&str]) -> Client {
     })
 }
 
-#[test]
-fn weir_downloads_from_an_encryption_only_libtorrent_seeder() -> anyhow::Result<()> {
+/// A libtorrent that speaks only one way, as its lab script names it.
+#[derive(Clone, Copy)]
+enum Only {
+    /// `--forced-enc`: encrypted connections only, both ways.
+    Encrypted,
+    /// `--utp-only`: uTP only, TCP off both ways.
+    Utp,
+}
+
+impl Only {
+    fn flag(self) -> &'static str {
+        match self {
+            Only::Encrypted => "--forced-enc",
+            Only::Utp => "--utp-only",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Only::Encrypted => "encryption-only",
+            Only::Utp => "uTP-only",
+        }
+    }
+}
+
+/// weir, with its defaults, downloads from a libtorrent seeder that speaks
+/// only `only`.
+fn weir_downloads_from_libtorrent(ns_name: &str, only: Only) -> anyhow::Result<()> {
     if !ready(&Client::Libtorrent)? {
         return Ok(());
     }
-    let ns = Netns::new("imse-lts")?;
+    let ns = Netns::new(ns_name)?;
     let f = fixture()?;
     let opts = Options {
-        extra_args: vec!["--forced-enc".into()],
+        extra_args: vec![only.flag().into()],
         ..Options::default()
     };
     let _seed = bt::start_seed_with(
@@ -140,25 +168,27 @@ fn weir_downloads_from_an_encryption_only_libtorrent_seeder() -> anyhow::Result<
         }
     }
     eprintln!(
-        "weir <- encryption-only libtorrent: {:.2} s",
+        "weir <- {} libtorrent: {:.2} s",
+        only.label(),
         start.elapsed().as_secs_f64()
     );
     same_file(&f, &out)
 }
 
-#[test]
-fn an_encryption_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
+/// A libtorrent leecher that speaks only `only` downloads from weir seeding
+/// with its defaults.
+fn libtorrent_leecher_downloads_from_weir(ns_name: &str, only: Only) -> anyhow::Result<()> {
     if !ready(&Client::Libtorrent)? {
         return Ok(());
     }
-    let ns = Netns::new("imse-ltl")?;
+    let ns = Netns::new(ns_name)?;
     let f = fixture()?;
     let _seed = bt::start_seed(&ns, &weir_seeder(&[]), &f.torrent, &f.data, addr(SEED))?;
     let out = f.dir.subdir("lt-out")?;
     let opts = Options {
         peers: vec![SocketAddr::V4(addr(SEED))],
         timeout: Duration::from_secs(25),
-        extra_args: vec!["--forced-enc".into()],
+        extra_args: vec![only.flag().into()],
         ..Options::default()
     };
     let r = bt::leech_with(
@@ -169,8 +199,28 @@ fn an_encryption_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result
         addr(LEECH),
         &opts,
     )?;
-    eprintln!("encryption-only libtorrent <- weir: {:.2} s", r.seconds);
+    eprintln!("{} libtorrent <- weir: {:.2} s", only.label(), r.seconds);
     same_file(&f, &out)
+}
+
+#[test]
+fn weir_downloads_from_an_encryption_only_libtorrent_seeder() -> anyhow::Result<()> {
+    weir_downloads_from_libtorrent("imse-lts", Only::Encrypted)
+}
+
+#[test]
+fn weir_downloads_from_a_utp_only_libtorrent_seeder() -> anyhow::Result<()> {
+    weir_downloads_from_libtorrent("iutp-lts", Only::Utp)
+}
+
+#[test]
+fn an_encryption_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
+    libtorrent_leecher_downloads_from_weir("imse-ltl", Only::Encrypted)
+}
+
+#[test]
+fn a_utp_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
+    libtorrent_leecher_downloads_from_weir("iutp-ltl", Only::Utp)
 }
 
 #[test]

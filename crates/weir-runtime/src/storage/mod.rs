@@ -70,7 +70,7 @@ pub fn side_files(stem: &str) -> [String; 2] {
 /// which a driver stops reading its connections' packets: a few pieces or
 /// eD2k parts' worth, so memory stays bounded when hashing or the disk is
 /// slower than the network (or full).
-pub const BACKLOG_LIMIT: u64 = 32 << 20;
+pub const BACKLOG_LIMIT: u64 = 16 << 20;
 
 /// A transfer's files, served by the process's disk pool ([`pool`]).
 pub struct DiskStorage {

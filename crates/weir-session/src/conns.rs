@@ -61,7 +61,13 @@ impl Session {
         if self.bans.contains(ip) {
             return Err(Refused::Banned);
         }
-        match self.cfg.global.admit_incoming(&self.counts) {
+        let mut admit = self.cfg.global.admit_incoming(&self.counts);
+        if admit == Admit::Refuse && proto == Proto::Bt && self.bt_can_evict(now) {
+            // Full, but a peer of no use gives way to it once its
+            // handshake is done (`admit`): let the handshake start.
+            admit = self.cfg.global.admit_handshake(&self.counts);
+        }
+        match admit {
             Admit::Refuse => return Err(Refused::Full),
             Admit::ReplaceOldest => {
                 let oldest = self
@@ -228,6 +234,15 @@ impl Session {
             }
         }
         false
+    }
+
+    /// Whether some torrent has a peer [`Session::evict_idle_bt`] would
+    /// close.
+    fn bt_can_evict(&self, now: Instant) -> bool {
+        self.transfers
+            .values()
+            .filter_map(|t| t.bt.as_ref())
+            .any(|b| b.torrent.can_evict(EVICT_IDLE_AFTER, now))
     }
 
     fn move_stage(&mut self, conn: ConnId, c: &Conn, to: Stage) {

@@ -19,6 +19,7 @@
 
 mod lost;
 mod peer;
+mod slots;
 mod smartban;
 mod upload;
 
@@ -233,6 +234,9 @@ pub struct Stats {
     pub duplicate_blocks: u32,
     /// Blocks received that nobody asked that peer for (dropped).
     pub unrequested_blocks: u32,
+    /// Upload slots taken back from peers that took nothing in them and
+    /// given to peers that waited.
+    pub slots_reclaimed: u32,
 }
 
 /// One torrent and its peers.
@@ -544,37 +548,54 @@ impl Torrent {
         }
     }
 
-    /// Makes room for a newcomer when the peer slots are full: closes the
-    /// peer connected longest among those that have exchanged no block
-    /// either way for at least `idle` since they connected (peers that
-    /// hold a slot and are of no use: without this, a thousand peers that
-    /// connect and sit there lock every honest one out). Whether one was
-    /// closed (its `Close` event follows).
+    /// Closes one peer to make room for a newcomer when the peer slots are
+    /// full: one that held an upload slot and took nothing in it
+    /// (`slots`), else the peer connected longest among those that have
+    /// exchanged no block either way for at least `idle` since they
+    /// connected (peers that hold a connection and are of no use: without
+    /// this, a thousand peers that connect and sit there lock every honest
+    /// one out). Whether one was closed (its `Close` event follows).
     pub fn evict_idle(&mut self, idle: Duration, now: Instant) -> bool {
-        let victim = self
+        let Some((c, wasted)) = self.eviction_victim(idle, now) else {
+            return false;
+        };
+        let reason = if wasted {
+            "made room for a new peer: took nothing in its upload slot".to_string()
+        } else {
+            format!(
+                "made room for a new peer: no block either way in {} s",
+                idle.as_secs()
+            )
+        };
+        self.close(c, reason);
+        true
+    }
+
+    /// Whether [`Torrent::evict_idle`] would find a peer to close.
+    pub fn can_evict(&self, idle: Duration, now: Instant) -> bool {
+        self.eviction_victim(idle, now).is_some()
+    }
+
+    /// The peer `evict_idle` closes, and whether it wasted a slot.
+    fn eviction_victim(&self, idle: Duration, now: Instant) -> Option<(ConnId, bool)> {
+        let wasted = self
             .peers
             .iter()
-            .filter(|(_, p)| {
-                !p.closing
-                    && p.blocks_sent == 0
-                    && p.down.total() == 0
-                    && now.saturating_duration_since(p.connected_at) >= idle
-            })
+            .filter(|(_, p)| !p.closing && p.wasted_slot && p.down.recent_rate(now) == 0.0)
             .min_by_key(|(c, p)| (p.connected_at, **c))
-            .map(|(c, _)| *c);
-        match victim {
-            Some(c) => {
-                self.close(
-                    c,
-                    format!(
-                        "made room for a new peer: no block either way in {} s",
-                        idle.as_secs()
-                    ),
-                );
-                true
-            }
-            None => false,
-        }
+            .map(|(c, _)| (*c, true));
+        wasted.or_else(|| {
+            self.peers
+                .iter()
+                .filter(|(_, p)| {
+                    !p.closing
+                        && p.blocks_sent == 0
+                        && p.down.total() == 0
+                        && now.saturating_duration_since(p.connected_at) >= idle
+                })
+                .min_by_key(|(c, p)| (p.connected_at, **c))
+                .map(|(c, _)| (*c, false))
+        })
     }
 
     /// A connection closed (by either side).
@@ -709,6 +730,11 @@ impl Torrent {
     /// Bytes the runtime finished writing to a connection.
     pub fn on_sent(&mut self, conn: ConnId, bytes: u64, now: Instant) {
         if let Some(p) = self.peers.get_mut(&conn) {
+            if bytes > 0 && p.upload_queued > 0 {
+                // It takes what we queued: its upload slot is in use.
+                p.last_progress_at = now;
+                p.wasted_slot = false;
+            }
             p.upload_queued = p.upload_queued.saturating_sub(bytes);
             p.taken.record(now, bytes);
             self.serve(conn, now);
@@ -1084,6 +1110,7 @@ impl Torrent {
 
     fn tick(&mut self, now: Instant) {
         self.pex_round(now);
+        self.reclaim_slots(now);
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
             let p = self.peers.get_mut(&c).expect("listed");

@@ -62,9 +62,13 @@ impl Session {
             return Err(Refused::Banned);
         }
         let mut admit = self.cfg.global.admit_incoming(&self.counts);
-        if admit == Admit::Refuse && proto == Proto::Bt && self.bt_can_evict(now) {
-            // Full, but a peer of no use gives way to it once its
-            // handshake is done (`admit`): let the handshake start.
+        if admit == Admit::Refuse && proto == Proto::Bt {
+            // Full: its handshake starts all the same (within the
+            // handshake limit), and once it is done a peer of no use may
+            // give way to it (`admit`): by then a flood of newcomers has
+            // often been sorted out (violators dropped, slot wasters
+            // marked). Refused here, an honest peer would wait for its
+            // redial (2 s and more).
             admit = self.cfg.global.admit_handshake(&self.counts);
         }
         match admit {
@@ -234,15 +238,6 @@ impl Session {
             }
         }
         false
-    }
-
-    /// Whether some torrent has a peer [`Session::evict_idle_bt`] would
-    /// close.
-    fn bt_can_evict(&self, now: Instant) -> bool {
-        self.transfers
-            .values()
-            .filter_map(|t| t.bt.as_ref())
-            .any(|b| b.torrent.can_evict(EVICT_IDLE_AFTER, now))
     }
 
     fn move_stage(&mut self, conn: ConnId, c: &Conn, to: Stage) {

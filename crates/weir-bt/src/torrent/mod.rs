@@ -258,6 +258,8 @@ pub struct Torrent {
     next_read: u64,
     next_tick: Option<Instant>,
     next_choke: Option<Instant>,
+    /// When a slot holder would stall while a peer waits (`slots`).
+    next_reclaim: Option<Instant>,
     choke_rounds: u32,
     rng: fastrand::Rng,
     stats: Stats,
@@ -307,6 +309,7 @@ impl Torrent {
             next_read: 0,
             next_tick: None,
             next_choke: None,
+            next_reclaim: None,
             choke_rounds: 0,
             stats,
             now: None,
@@ -571,11 +574,6 @@ impl Torrent {
         true
     }
 
-    /// Whether [`Torrent::evict_idle`] would find a peer to close.
-    pub fn can_evict(&self, idle: Duration, now: Instant) -> bool {
-        self.eviction_victim(idle, now).is_some()
-    }
-
     /// The peer `evict_idle` closes, and whether it wasted a slot.
     fn eviction_victim(&self, idle: Duration, now: Instant) -> Option<(ConnId, bool)> {
         let wasted = self
@@ -770,15 +768,18 @@ impl Torrent {
             self.next_choke = (!self.peers.is_empty()).then(|| now + CHOKE_ROUND);
             self.choke_round(now);
         }
+        if self.next_reclaim.is_some_and(|t| t <= now) {
+            self.reclaim_slots(now);
+        }
         self.flush();
     }
 
     /// When [`Torrent::handle_timeout`] wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.next_tick, self.next_choke) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.next_tick, self.next_choke, self.next_reclaim]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing the runtime must do.

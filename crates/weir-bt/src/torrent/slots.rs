@@ -3,8 +3,9 @@
 //!
 //! A slot is for taking data. A peer holding one is *stalled* when, for
 //! [`SLOT_STALL`] since it was unchoked or since it last took upload
-//! bytes, it took none and no read of ours for it is in flight: it asked
-//! for nothing, or its connection stopped taking what we queued. A
+//! bytes ([`QUEUED_STALL`] when blocks wait in its connection), it took
+//! none and no read of ours for it is in flight: it asked for nothing,
+//! or its connection stopped taking what we queued. A
 //! stalled holder that is interested is marked `wasted_slot` and, as soon as another
 //! interested peer waits, choked in favour of that peer (one never
 //! unchoked first). A wasted peer waits behind every other peer for a
@@ -27,22 +28,33 @@ use super::{ConnId, OPTIMISTIC_ROUNDS, Torrent};
 /// within a round trip of its unchoke and then takes bytes continuously.
 pub(crate) const SLOT_STALL: Duration = Duration::from_millis(500);
 
+/// The same for a holder with blocks waiting in its connection: a
+/// connection that takes bytes at all (a full congestion window included)
+/// takes some every few milliseconds as acknowledgements come.
+pub(crate) const QUEUED_STALL: Duration = Duration::from_millis(250);
+
 impl Torrent {
+    /// When `conn`, holding an upload slot, counts as stalled if it takes
+    /// nothing meanwhile (`None`: it holds no slot, or a read for it is in
+    /// flight).
+    fn stall_deadline(&self, conn: ConnId) -> Option<Instant> {
+        let p = self.peers.get(&conn)?;
+        let unchoked_at = p.unchoked_at?;
+        if p.am_choking || p.closing || self.reads.values().any(|r| r.conn == conn) {
+            return None;
+        }
+        let limit = if p.upload_queued > 0 {
+            QUEUED_STALL
+        } else {
+            SLOT_STALL
+        };
+        Some(unchoked_at.max(p.last_progress_at) + limit)
+    }
+
     /// Whether `conn` holds an upload slot it does not use (see the module
     /// documentation).
     pub(super) fn slot_stalled(&self, conn: ConnId, now: Instant) -> bool {
-        let Some(p) = self.peers.get(&conn) else {
-            return false;
-        };
-        let Some(unchoked_at) = p.unchoked_at else {
-            return false;
-        };
-        if p.am_choking || p.closing {
-            return false;
-        }
-        let since = unchoked_at.max(p.last_progress_at);
-        now.saturating_duration_since(since) >= SLOT_STALL
-            && !self.reads.values().any(|r| r.conn == conn)
+        self.stall_deadline(conn).is_some_and(|d| d <= now)
     }
 
     /// Unchoked peers (a closing one's slot is free).
@@ -90,6 +102,20 @@ impl Torrent {
             self.unchoke(next, now);
             self.stats.slots_reclaimed += 1;
         }
+        // Someone still waits: look again the moment a holder would
+        // stall, not at the next tick.
+        let waits = self
+            .next_waiting()
+            .is_some_and(|c| self.peers.get(&c).is_some_and(|p| !p.wasted_slot));
+        self.next_reclaim = if waits {
+            self.peers
+                .keys()
+                .filter_map(|c| self.stall_deadline(*c))
+                .filter(|d| *d > now)
+                .min()
+        } else {
+            None
+        };
     }
 
     /// Tit-for-tat: unchoke the peers that give us the most (or, when we

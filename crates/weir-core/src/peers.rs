@@ -658,7 +658,18 @@ impl ConnLimits {
 
     /// Whether a newly accepted connection may start its handshake.
     pub fn admit_incoming(&self, c: &ConnCounts) -> Admit {
-        if c.peers >= self.max_peers || self.max_handshakes == 0 {
+        if c.peers >= self.max_peers {
+            Admit::Refuse
+        } else {
+            self.admit_handshake(c)
+        }
+    }
+
+    /// [`ConnLimits::admit_incoming`] without the peer limit: for a
+    /// connection that may take the place of a peer once its handshake is
+    /// done.
+    pub fn admit_handshake(&self, c: &ConnCounts) -> Admit {
+        if self.max_handshakes == 0 {
             Admit::Refuse
         } else if c.handshaking >= self.max_handshakes {
             Admit::ReplaceOldest

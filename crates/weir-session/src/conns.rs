@@ -61,7 +61,17 @@ impl Session {
         if self.bans.contains(ip) {
             return Err(Refused::Banned);
         }
-        match self.cfg.global.admit_incoming(&self.counts) {
+        let mut admit = self.cfg.global.admit_incoming(&self.counts);
+        if admit == Admit::Refuse && proto == Proto::Bt {
+            // Full: its handshake starts all the same (within the
+            // handshake limit), and once it is done a peer of no use may
+            // give way to it (`admit`): by then a flood of newcomers has
+            // often been sorted out (violators dropped, slot wasters
+            // marked). Refused here, an honest peer would wait for its
+            // redial (2 s and more).
+            admit = self.cfg.global.admit_handshake(&self.counts);
+        }
+        match admit {
             Admit::Refuse => return Err(Refused::Full),
             Admit::ReplaceOldest => {
                 let oldest = self

@@ -626,3 +626,5 @@ fn a_newcomer_takes_the_slot_of_a_peer_idle_since_it_connected_and_only_then() {
     // enough (it connected a second after the first).
     assert_eq!(join(&mut s, 8, later), Err(Refused::Full));
 }
+
+mod flood;

@@ -19,6 +19,7 @@
 
 mod lost;
 mod peer;
+mod slots;
 mod smartban;
 mod upload;
 
@@ -233,6 +234,9 @@ pub struct Stats {
     pub duplicate_blocks: u32,
     /// Blocks received that nobody asked that peer for (dropped).
     pub unrequested_blocks: u32,
+    /// Upload slots taken back from peers that took nothing in them and
+    /// given to peers that waited.
+    pub slots_reclaimed: u32,
 }
 
 /// One torrent and its peers.
@@ -254,6 +258,8 @@ pub struct Torrent {
     next_read: u64,
     next_tick: Option<Instant>,
     next_choke: Option<Instant>,
+    /// When a slot holder would stall while a peer waits (`slots`).
+    next_reclaim: Option<Instant>,
     choke_rounds: u32,
     rng: fastrand::Rng,
     stats: Stats,
@@ -303,6 +309,7 @@ impl Torrent {
             next_read: 0,
             next_tick: None,
             next_choke: None,
+            next_reclaim: None,
             choke_rounds: 0,
             stats,
             now: None,
@@ -544,37 +551,49 @@ impl Torrent {
         }
     }
 
-    /// Makes room for a newcomer when the peer slots are full: closes the
-    /// peer connected longest among those that have exchanged no block
-    /// either way for at least `idle` since they connected (peers that
-    /// hold a slot and are of no use: without this, a thousand peers that
-    /// connect and sit there lock every honest one out). Whether one was
-    /// closed (its `Close` event follows).
+    /// Closes one peer to make room for a newcomer when the peer slots are
+    /// full: one that held an upload slot and took nothing in it
+    /// (`slots`), else the peer connected longest among those that have
+    /// exchanged no block either way for at least `idle` since they
+    /// connected (peers that hold a connection and are of no use: without
+    /// this, a thousand peers that connect and sit there lock every honest
+    /// one out). Whether one was closed (its `Close` event follows).
     pub fn evict_idle(&mut self, idle: Duration, now: Instant) -> bool {
-        let victim = self
+        let Some((c, wasted)) = self.eviction_victim(idle, now) else {
+            return false;
+        };
+        let reason = if wasted {
+            "made room for a new peer: took nothing in its upload slot".to_string()
+        } else {
+            format!(
+                "made room for a new peer: no block either way in {} s",
+                idle.as_secs()
+            )
+        };
+        self.close(c, reason);
+        true
+    }
+
+    /// The peer `evict_idle` closes, and whether it wasted a slot.
+    fn eviction_victim(&self, idle: Duration, now: Instant) -> Option<(ConnId, bool)> {
+        let wasted = self
             .peers
             .iter()
-            .filter(|(_, p)| {
-                !p.closing
-                    && p.blocks_sent == 0
-                    && p.down.total() == 0
-                    && now.saturating_duration_since(p.connected_at) >= idle
-            })
+            .filter(|(_, p)| !p.closing && p.wasted_slot && p.down.recent_rate(now) == 0.0)
             .min_by_key(|(c, p)| (p.connected_at, **c))
-            .map(|(c, _)| *c);
-        match victim {
-            Some(c) => {
-                self.close(
-                    c,
-                    format!(
-                        "made room for a new peer: no block either way in {} s",
-                        idle.as_secs()
-                    ),
-                );
-                true
-            }
-            None => false,
-        }
+            .map(|(c, _)| (*c, true));
+        wasted.or_else(|| {
+            self.peers
+                .iter()
+                .filter(|(_, p)| {
+                    !p.closing
+                        && p.blocks_sent == 0
+                        && p.down.total() == 0
+                        && now.saturating_duration_since(p.connected_at) >= idle
+                })
+                .min_by_key(|(c, p)| (p.connected_at, **c))
+                .map(|(c, _)| (*c, false))
+        })
     }
 
     /// A connection closed (by either side).
@@ -709,6 +728,11 @@ impl Torrent {
     /// Bytes the runtime finished writing to a connection.
     pub fn on_sent(&mut self, conn: ConnId, bytes: u64, now: Instant) {
         if let Some(p) = self.peers.get_mut(&conn) {
+            if bytes > 0 && p.upload_queued > 0 {
+                // It takes what we queued: its upload slot is in use.
+                p.last_progress_at = now;
+                p.wasted_slot = false;
+            }
             p.upload_queued = p.upload_queued.saturating_sub(bytes);
             p.taken.record(now, bytes);
             self.serve(conn, now);
@@ -744,15 +768,18 @@ impl Torrent {
             self.next_choke = (!self.peers.is_empty()).then(|| now + CHOKE_ROUND);
             self.choke_round(now);
         }
+        if self.next_reclaim.is_some_and(|t| t <= now) {
+            self.reclaim_slots(now);
+        }
         self.flush();
     }
 
     /// When [`Torrent::handle_timeout`] wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.next_tick, self.next_choke) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.next_tick, self.next_choke, self.next_reclaim]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing the runtime must do.
@@ -1084,6 +1111,7 @@ impl Torrent {
 
     fn tick(&mut self, now: Instant) {
         self.pex_round(now);
+        self.reclaim_slots(now);
         let conns: Vec<ConnId> = self.peers.keys().copied().collect();
         for c in conns {
             let p = self.peers.get_mut(&c).expect("listed");

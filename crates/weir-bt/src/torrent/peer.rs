@@ -98,6 +98,18 @@ pub(crate) struct Peer {
     pub(crate) snubbed: bool,
     pub(crate) strikes: u32,
     pub(crate) unchoked_at: Option<Instant>,
+    /// When it last took upload bytes (the writer reported bytes while
+    /// blocks were queued for it): with `unchoked_at`, whether it uses
+    /// its upload slot (`Torrent::slot_stalled`).
+    pub(crate) last_progress_at: Instant,
+    /// It held an upload slot and took nothing in it: it waits behind
+    /// every other peer for a slot, and gives its connection to a
+    /// newcomer when the peer slots are full. Cleared when it takes
+    /// upload bytes again.
+    pub(crate) wasted_slot: bool,
+    /// Requests it sent before we ever unchoked it (we send no
+    /// AllowedFast, so an honest peer sends none).
+    pub(crate) premature_requests: u32,
     pub(crate) optimistic: bool,
     /// A Close was issued; ignore whatever else arrives.
     pub(crate) closing: bool,
@@ -152,6 +164,9 @@ impl Peer {
             snubbed: false,
             strikes: 0,
             unchoked_at: None,
+            last_progress_at: now,
+            wasted_slot: false,
+            premature_requests: 0,
             optimistic: false,
             closing: false,
             out: Outbox::new(),

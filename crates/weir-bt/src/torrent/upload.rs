@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use weir_core::storage::StorageOp;
 
-use super::{CHOKE_ROUND, ConnId, Event, OPTIMISTIC_ROUNDS, Torrent};
+use super::{ConnId, Event, Torrent};
 use crate::wire::{BlockRef, Message};
 
 /// A storage read serving one peer's adjacent requests.
@@ -65,20 +65,26 @@ fn taken_rate(taken: &weir_core::meter::RateMeter, now: Instant) -> f64 {
     }
 }
 
+/// Requests a peer we never unchoked may send before it is dropped as a
+/// violation (a few, for a client that asks early; we send no AllowedFast).
+pub(crate) const PREMATURE_REQUESTS: u32 = 32;
+
 /// Cancels of blocks already being read that a peer may send beyond the
 /// blocks it was sent.
 const CANCELLED_READS_MARGIN: u32 = 1024;
 
 impl Torrent {
+    /// An interested peer gets a free upload slot at once, or the slot of
+    /// a holder that does not use it (`slots`).
     pub(super) fn on_interested(&mut self, conn: ConnId, now: Instant) {
-        let unchoked = self
-            .peers
-            .values()
-            .filter(|p| !p.am_choking && !p.closing)
-            .count();
-        let p = self.peers.get_mut(&conn).expect("caller checked");
-        if p.am_choking && unchoked < self.cfg.upload_slots {
+        let p = self.peers.get(&conn).expect("caller checked");
+        if !p.am_choking {
+            return;
+        }
+        if self.unchoked_count() < self.cfg.upload_slots {
             self.unchoke(conn, now);
+        } else {
+            self.reclaim_slots(now);
         }
     }
 
@@ -90,12 +96,7 @@ impl Torrent {
             return;
         }
         self.choke(conn, now);
-        let waiting = self
-            .peers
-            .iter()
-            .find(|(_, p)| p.peer_interested && p.am_choking && !p.closing)
-            .map(|(c, _)| *c);
-        if let Some(c) = waiting {
+        if let Some(c) = self.next_waiting() {
             self.on_interested(c, now);
         }
     }
@@ -156,6 +157,18 @@ impl Torrent {
                 conn,
                 format!("more than {limit} requests queued (our reqq)"),
             );
+        }
+        if p.unchoked_at.is_none() {
+            // Never unchoked and no AllowedFast sent: no request can have
+            // crossed an unchoke, so a peer that keeps asking is not
+            // waiting for one.
+            p.premature_requests += 1;
+            if p.premature_requests > PREMATURE_REQUESTS {
+                return self.fail(
+                    conn,
+                    format!("more than {PREMATURE_REQUESTS} requests before it was ever unchoked"),
+                );
+            }
         }
         if p.am_choking || !have {
             // An answer we owe only with the fast extension (a reject);
@@ -283,57 +296,5 @@ impl Torrent {
         if unsent > 0 {
             self.serve(conn, now);
         }
-    }
-
-    /// Tit-for-tat: unchoke the peers that give us the most (or, when we
-    /// seed, take the most), plus one optimistic unchoke that rotates.
-    pub(super) fn choke_round(&mut self, now: Instant) {
-        self.choke_rounds += 1;
-        let seeding = self.content.is_complete();
-        let mut ranked: Vec<(ConnId, f64)> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.peer_interested && !p.closing)
-            .map(|(c, p)| {
-                let rate = if seeding {
-                    p.up.recent_rate(now)
-                } else {
-                    p.down.recent_rate(now)
-                };
-                (*c, rate)
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let regular = self.cfg.upload_slots.saturating_sub(1).max(1);
-        let keep: Vec<ConnId> = ranked.iter().take(regular).map(|(c, _)| *c).collect();
-        let rotate = self.choke_rounds % OPTIMISTIC_ROUNDS == 0;
-        let mut optimistic = self
-            .peers
-            .iter()
-            .find(|(_, p)| p.optimistic && p.peer_interested && !p.closing)
-            .map(|(c, _)| *c)
-            .filter(|c| !keep.contains(c) && !rotate);
-        if optimistic.is_none() {
-            let rest: Vec<ConnId> = ranked
-                .iter()
-                .map(|(c, _)| *c)
-                .filter(|c| !keep.contains(c))
-                .collect();
-            if !rest.is_empty() {
-                optimistic = Some(rest[self.rng.usize(..rest.len())]);
-            }
-        }
-        let conns: Vec<ConnId> = self.peers.keys().copied().collect();
-        for c in conns {
-            let unchoke = keep.contains(&c) || optimistic == Some(c);
-            if unchoke {
-                self.unchoke(c, now);
-                let p = self.peers.get_mut(&c).expect("listed");
-                p.optimistic = optimistic == Some(c);
-            } else {
-                self.choke(c, now);
-            }
-        }
-        let _ = CHOKE_ROUND;
     }
 }

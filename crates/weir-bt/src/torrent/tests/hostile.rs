@@ -205,7 +205,9 @@ fn requests_while_choked_are_bounded_by_reqq() {
     let data = data();
     let mut o = One::new(&data, true, |c| {
         c.upload_slots = 0;
-        c.max_peer_requests = 64;
+        // Below the allowance of a peer never unchoked, which is tested
+        // on its own below.
+        c.max_peer_requests = 16;
     });
     o.connect(true);
     o.msg(Message::Interested);
@@ -225,8 +227,43 @@ fn requests_while_choked_are_bounded_by_reqq() {
         .expect("a request flood while choked is a violation");
     assert!(reason.contains("cannot serve"), "{reason}");
     let rejects = o.count(|m| matches!(m, Message::Reject(_)));
-    assert_eq!(rejects, 64);
+    assert_eq!(rejects, 16);
     assert!(o.reads.is_empty());
+}
+
+#[test]
+fn more_than_a_few_dozen_requests_before_any_unchoke_are_a_violation() {
+    let data = data();
+    for fast in [true, false] {
+        let mut o = One::new(&data, true, |c| c.upload_slots = 0);
+        o.connect(fast);
+        o.msg(Message::Interested);
+        let mut sent = 0;
+        for i in 0..256u32 {
+            o.msg(Message::Request(req(i % 80, 0)));
+            sent += 1;
+            if o.closed.is_some() {
+                break;
+            }
+        }
+        let reason = o.closed.clone().expect("dropped");
+        assert!(reason.contains("before it was ever unchoked"), "{reason}");
+        assert_eq!(sent, upload::PREMATURE_REQUESTS + 1);
+        assert_eq!(o.t.stats(o.now).protocol_errors, 1);
+        assert!(o.reads.is_empty());
+    }
+    // Once unchoked and choked again, requests that crossed the choke are
+    // no violation (up to reqq).
+    let mut o = One::new(&data, true, |c| c.upload_slots = 1);
+    o.connect(true);
+    o.msg(Message::Interested);
+    let now = o.now;
+    o.t.choke(C, now);
+    o.drain();
+    for i in 0..(upload::PREMATURE_REQUESTS * 2) {
+        o.msg(Message::Request(req(i % 80, 0)));
+    }
+    assert!(o.closed.is_none(), "{:?}", o.closed);
 }
 
 #[test]

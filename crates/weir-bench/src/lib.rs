@@ -25,6 +25,7 @@ pub mod report;
 pub mod rtt;
 pub mod tracker;
 pub mod transports;
+pub mod udplink;
 pub mod zmodem;
 
 pub use common::BenchConfig;

@@ -166,27 +166,11 @@ pub fn start_seeder(
 ) -> anyhow::Result<Proc> {
     match kind {
         SeederKind::Weir => {
-            let mut args = cfg.weir_argv();
-            args.extend(
-                [
-                    "seed",
-                    "{torrent}",
-                    "{dir}",
-                    "--listen",
-                    "{addr}",
-                    "--no-trackers",
-                ]
-                .map(String::from),
-            );
+            let mut extra = Vec::new();
             if let Some(r) = max_up {
-                args.push("--max-up".into());
-                args.push(r.to_string());
+                extra.extend(["--max-up".to_string(), r.to_string()]);
             }
-            let client = Client::Command(CommandClient {
-                name: "weir".into(),
-                seed: args,
-                leech: Vec::new(),
-            });
+            let client = CommandClient::weir_seed(&cfg.weir_argv(), &extra);
             let mut p = bt::start_seed(ns, &client, &payload.torrent, &payload.data_dir, addr)?;
             // weir listens before its data check ends: wait for its
             // "seeding" progress line (printed every 5 s when not a tty).

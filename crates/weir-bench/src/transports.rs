@@ -82,28 +82,8 @@ struct Leech {
 
 /// `weir seed` with `--transports t --encryption e` as a lab client.
 fn weir_seeder(cfg: &BenchConfig, t: &str, e: &str) -> Client {
-    let mut args = cfg.weir_argv();
-    args.extend(
-        [
-            "seed",
-            "{torrent}",
-            "{dir}",
-            "--listen",
-            "{addr}",
-            "--no-trackers",
-            "--no-dht",
-            "--transports",
-            t,
-            "--encryption",
-            e,
-        ]
-        .map(String::from),
-    );
-    Client::Command(CommandClient {
-        name: "weir".into(),
-        seed: args,
-        leech: Vec::new(),
-    })
+    let extra = ["--no-dht", "--transports", t, "--encryption", e];
+    CommandClient::weir_seed(&cfg.weir_argv(), &extra.map(String::from))
 }
 
 fn leech(

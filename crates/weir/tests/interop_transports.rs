@@ -85,23 +85,8 @@ fn same_file(f: &Fixture, out: &std::path::Path) -> anyhow::Result<()> {
 
 /// `weir seed` with its defaults (and `extra`) as a lab client.
 fn weir_seeder(extra: &[&str]) -> Client {
-    let args = [
-        WEIR,
-        "--allow",
-        "127.0.0.0/8",
-        "seed",
-        "{torrent}",
-        "{dir}",
-        "--listen",
-        "{addr}",
-        "--no-trackers",
-        "-q",
-    ];
-    Client::Command(CommandClient {
-        name: "weir".into(),
-        seed: args.iter().chain(extra).map(|s| s.to_string()).collect(),
-        leech: Vec::new(),
-    })
+    let extra: Vec<&str> = ["-q"].iter().chain(extra).copied().collect();
+    CommandClient::weir_seed(&[WEIR, "--allow", "127.0.0.0/8"], &extra)
 }
 
 /// A libtorrent that speaks only one way, as its lab script names it.

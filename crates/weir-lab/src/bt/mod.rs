@@ -79,6 +79,35 @@ pub struct CommandClient {
     pub leech: Vec<String>,
 }
 
+impl CommandClient {
+    /// `weir seed` as a seeding lab client: `program` (the weir binary and
+    /// its global flags, e.g. `--allow`), then `seed {torrent} {dir}
+    /// --listen {addr} --no-trackers`, then `extra`. It does not leech.
+    pub fn weir_seed<S: AsRef<str>>(program: &[S], extra: &[S]) -> Client {
+        let seed = program
+            .iter()
+            .map(|s| s.as_ref().to_string())
+            .chain(
+                [
+                    "seed",
+                    "{torrent}",
+                    "{dir}",
+                    "--listen",
+                    "{addr}",
+                    "--no-trackers",
+                ]
+                .map(String::from),
+            )
+            .chain(extra.iter().map(|s| s.as_ref().to_string()))
+            .collect();
+        Client::Command(CommandClient {
+            name: "weir".into(),
+            seed,
+            leech: Vec::new(),
+        })
+    }
+}
+
 impl Client {
     /// The real clients, for loops over "every client".
     pub const REAL: [Client; 5] = [

@@ -15,6 +15,7 @@ pub mod magnet;
 pub mod mse;
 pub mod net;
 pub mod peerconn;
+pub mod process;
 pub mod storage;
 pub mod tracker;
 pub mod utp;

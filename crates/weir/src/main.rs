@@ -63,6 +63,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: one malloc arena bounds peak memory, and
+    // the descriptor limit is the hard one (see `weir_runtime::process`).
+    weir_runtime::process::one_malloc_arena();
+    weir_runtime::process::raise_descriptor_limit();
     let cli = Cli::parse();
     cmd::init_logging(cli.log_verbose);
     let policy = match cmd::parse_policy(cli.allow.as_deref()) {

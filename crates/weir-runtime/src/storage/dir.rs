@@ -10,10 +10,12 @@
 //! `openat(O_NOFOLLOW)`: a link anywhere is refused, naming it, and nothing
 //! outside is ever read, written, truncated or extended.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
@@ -78,6 +80,35 @@ impl SafeDir {
             fd,
             path: path.to_path_buf(),
         })
+    }
+
+    /// The directory `path` opened as [`SafeDir::open`] does, shared with
+    /// every other open transfer of this process in the same directory
+    /// (same path, same inode): a daemon holding thousands of transfers in
+    /// one download directory holds one descriptor for it, not one each.
+    /// The descriptor is only ever used as the base of `*at` calls, which
+    /// keep no state in it, so sharing it changes nothing else.
+    pub(crate) fn shared(path: &Path, create: bool) -> Result<Arc<Self>, OpenError> {
+        type Key = (u64, u64, PathBuf);
+        static OPEN: Mutex<Option<HashMap<Key, Weak<SafeDir>>>> = Mutex::new(None);
+        let fresh = Self::open(path, create)?;
+        let Ok(st) = fstat(fresh.fd.as_fd()) else {
+            return Ok(Arc::new(fresh));
+        };
+        let key = (st.st_dev, st.st_ino, fresh.path.clone());
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        let open = open.get_or_insert_with(HashMap::new);
+        if let Some(d) = open.get(&key).and_then(Weak::upgrade) {
+            return Ok(d);
+        }
+        // Forget directories no transfer holds any more, now and then
+        // (amortised: when the map has doubled).
+        if open.len() >= 64 && open.len().is_power_of_two() {
+            open.retain(|_, w| w.strong_count() > 0);
+        }
+        let d = Arc::new(fresh);
+        open.insert(key, Arc::downgrade(&d));
+        Ok(d)
     }
 
     /// The directory's path, for messages.
@@ -246,5 +277,34 @@ impl SafeDir {
     /// Makes renames and new entries in the directory durable.
     pub(crate) fn sync(&self) -> std::io::Result<()> {
         nix::unistd::fsync(self.fd.as_fd()).map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::SafeDir;
+
+    #[test]
+    fn transfers_in_one_directory_share_one_descriptor() {
+        let t = std::env::temp_dir().join(format!("weir-safedir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let (a, b) = (t.join("a"), t.join("b"));
+        let a1 = SafeDir::shared(&a, true).unwrap();
+        let a2 = SafeDir::shared(&a, true).unwrap();
+        let b1 = SafeDir::shared(&b, true).unwrap();
+        assert!(Arc::ptr_eq(&a1, &a2), "same directory opened twice");
+        assert!(!Arc::ptr_eq(&a1, &b1), "two directories share a descriptor");
+        // Once nothing holds it, a directory replaced under the same path
+        // is opened afresh, not served from the old descriptor.
+        drop((a1, a2));
+        std::fs::remove_dir(&a).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        let a3 = SafeDir::shared(&a, false).unwrap();
+        std::fs::write(a.join("x"), b"1").unwrap();
+        assert!(a3.stat(std::path::Path::new("x")).unwrap().is_some());
+        drop((a3, b1));
+        std::fs::remove_dir_all(&t).unwrap();
     }
 }

@@ -18,7 +18,7 @@
 //!   on the disk.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,46 +50,66 @@ pub(crate) enum Note {
     Lost(Vec<u32>),
 }
 
-/// The open journal, appended to by the writer (hints) and the journal
-/// thread (vouching); each append is one `write` under a lock, flushes
-/// happen outside it.
+/// The journal, appended to by the writer (hints) and the journal thread
+/// (vouching); each append is one `write` under a lock, flushes happen
+/// outside it.
+///
+/// It holds a descriptor only while records wait to be made durable: each
+/// flush closes it and the next append reopens it (through the download
+/// directory, links refused, at its end). An idle transfer, such as each of
+/// a daemon's thousands of seeding torrents, then holds none; one
+/// `openat` per flush costs nothing beside the flush's `fdatasync`s. The
+/// download's lock keeps any other weir from replacing the file meanwhile.
 #[derive(Debug)]
 pub(crate) struct Journal {
-    file: File,
+    dir: Arc<SafeDir>,
+    name: String,
     shown: PathBuf,
-    lock: std::sync::Mutex<()>,
+    file: std::sync::Mutex<Option<File>>,
     warned: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
-    /// The journal open at its end (from [`compact`]).
-    pub(crate) fn new(file: File, shown: PathBuf) -> Self {
+    /// The journal `name` in `dir`, made durable by [`compact`] (so nothing
+    /// waits to be flushed yet).
+    pub(crate) fn new(dir: Arc<SafeDir>, name: String) -> Self {
         Self {
-            file,
-            shown,
-            lock: std::sync::Mutex::new(()),
+            shown: dir.path().join(&name),
+            dir,
+            name,
+            file: std::sync::Mutex::new(None),
             warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Appends encoded records.
     pub(crate) fn append(&self, bytes: &[u8]) -> std::io::Result<()> {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let r = (&self.file).write_all(bytes);
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let r = (|| {
+            if file.is_none() {
+                let mut f = self
+                    .dir
+                    .open_file(Path::new(&self.name), Access::Write)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?
+                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+                f.seek(std::io::SeekFrom::End(0))?;
+                *file = Some(f);
+            }
+            file.as_ref().map_or(Ok(()), |mut f| f.write_all(bytes))
+        })();
         if let Err(e) = &r {
             self.warn(e);
         }
         r
     }
 
-    /// Appends one record (a hint: failures only warn).
-    pub(crate) fn hint(&self, r: &Record) {
-        let _ = self.append(&r.to_bytes());
-    }
-
-    /// Makes what was appended durable.
+    /// Makes what was appended durable, and lets the descriptor go.
     pub(crate) fn sync(&self) -> std::io::Result<()> {
-        let r = self.file.sync_data();
+        let taken = self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Outside the lock: a hint appended meanwhile reopens the same
+        // file, and `fdatasync` flushes the file, whichever descriptor
+        // wrote it.
+        let r = taken.map_or(Ok(()), |f| f.sync_data());
         if let Err(e) = &r {
             self.warn(e);
         }
@@ -103,6 +123,11 @@ impl Journal {
                 self.shown.display()
             );
         }
+    }
+
+    /// Appends one record (a hint: failures only warn).
+    pub(crate) fn hint(&self, r: &Record) {
+        let _ = self.append(&r.to_bytes());
     }
 }
 
@@ -140,13 +165,13 @@ pub(crate) fn read(dir: &SafeDir, name: &str) -> Result<Option<Vec<u8>>, OpenErr
 }
 
 /// Replaces the journal `name` in `dir` with `records` after the header of
-/// `id`, durably; returns it open for appending.
+/// `id`, durably.
 pub(crate) fn compact(
     dir: &SafeDir,
     name: &str,
     id: &JournalId,
     records: &[Record],
-) -> Result<File, OpenError> {
+) -> Result<(), OpenError> {
     let tmp = format!("{name}.new");
     let shown = dir.path().join(&tmp);
     let io = |source: std::io::Error| OpenError::Io {
@@ -166,7 +191,7 @@ pub(crate) fn compact(
     f.sync_data().map_err(io)?;
     dir.rename(&tmp, name).map_err(io)?;
     dir.sync().map_err(io)?;
-    Ok(f)
+    Ok(())
 }
 
 /// The journal thread's state.

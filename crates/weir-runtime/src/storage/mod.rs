@@ -122,8 +122,8 @@ impl Opened {
             lost: Mutex::new(Default::default()),
         });
         let id = pool.next_id();
-        let hints = self.journal.map(|(file, shown)| {
-            let j = Arc::new(Journal::new(file, shown));
+        let hints = self.journal.map(|name| {
+            let j = Arc::new(Journal::new(self.files.dir().clone(), name));
             let app = journal::Appender::new(j.clone(), self.files.clone(), geo);
             pool.journal(JournalMsg::Open(id, app));
             j

@@ -113,7 +113,7 @@ pub struct Opened {
     pub(super) files: Arc<Files>,
     pub(super) geometry: Geometry,
     pub(super) digests: Option<Arc<[Digest]>>,
-    pub(super) journal: Option<(std::fs::File, PathBuf)>,
+    pub(super) journal: Option<String>,
     pub(super) lock: Option<DownloadLock>,
 }
 
@@ -136,7 +136,7 @@ pub fn open(
     opts: OpenOptions,
     derive: Option<DeriveDigests>,
 ) -> Result<Opened, OpenError> {
-    let dir = Arc::new(SafeDir::open(&spec.dir, opts.mode == Mode::Download)?);
+    let dir = SafeDir::shared(&spec.dir, opts.mode == Mode::Download)?;
     let lock = if opts.journal {
         Some(DownloadLock::take(dir.clone(), &spec.stem)?)
     } else {
@@ -389,8 +389,8 @@ pub fn open(
             records.push(Record::Written { piece, end });
         }
         records.push(Record::Files((0..n).map(|i| files.state(i)).collect()));
-        let f = journal::compact(&dir, &jname, &id, &records)?;
-        Some((f, dir.path().join(&jname)))
+        journal::compact(&dir, &jname, &id, &records)?;
+        Some(jname)
     } else {
         None
     };

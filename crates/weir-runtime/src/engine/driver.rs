@@ -202,6 +202,8 @@ struct Driver {
     transports: TransportCtx,
     /// Established connections carried by uTP.
     over_utp: std::collections::HashSet<ConnId>,
+    /// Local Service Discovery (`engine/lsd.rs`), if on.
+    lsd: Option<super::lsd::LsdGlue>,
 }
 
 pub(super) fn spawn(
@@ -211,6 +213,7 @@ pub(super) fn spawn(
     dht: Option<super::dht::DhtGlue>,
     udp: Option<super::udp::Udp>,
     utp: Option<crate::utp::Utp>,
+    lsd: Option<super::lsd::LsdGlue>,
 ) -> (
     mpsc::Sender<Msg>,
     watch::Receiver<Snapshot>,
@@ -258,6 +261,7 @@ pub(super) fn spawn(
         _udp: udp,
         transports,
         over_utp: std::collections::HashSet::new(),
+        lsd,
     };
     if driver.cfg.accept_at_start {
         driver.start_accepting();
@@ -333,6 +337,11 @@ impl Driver {
                 .dht
                 .as_ref()
                 .map(|d| tokio::time::Instant::from_std(d.poll_timeout()));
+            let lsd_wake = self
+                .lsd
+                .as_ref()
+                .and_then(super::lsd::LsdGlue::poll_timeout)
+                .map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
                 Some((t, ev)) = storage_rx.recv() => {
@@ -361,6 +370,16 @@ impl Driver {
                 _ = sleep_until(dht_wake) => {
                     if let Some(d) = &mut self.dht {
                         d.handle_timeout(&mut self.session);
+                    }
+                }
+                Some((group, from, data)) = lsd_recv(&mut self.lsd) => {
+                    if let Some(l) = &mut self.lsd {
+                        l.on_datagram(group, from, &data, &mut self.session);
+                    }
+                }
+                _ = sleep_until(lsd_wake) => {
+                    if let Some(l) = &mut self.lsd {
+                        l.handle_timeout(&mut self.session);
                     }
                 }
                 _ = report.tick() => self.publish(false),
@@ -800,6 +819,9 @@ impl Driver {
                 if let Some(d) = &mut self.dht {
                     d.add_torrent(id, &mut self.session);
                 }
+                if let Some(l) = &mut self.lsd {
+                    l.add_torrent(id, &mut self.session);
+                }
                 self.publish(false);
             }
             TransferEvent::Verified(_) => {
@@ -1005,6 +1027,9 @@ impl Driver {
             self.mse.torrent_removed(&m.info_hash);
         }
         let ok = self.session.remove(id, now);
+        if let Some(l) = &mut self.lsd {
+            l.remove_torrent(id);
+        }
         self.transfer_caps.remove(&id);
         let store = self.stores.remove(&id);
         if let Some(f) = self.forwarders.remove(&id) {
@@ -1252,6 +1277,7 @@ impl Driver {
         if let Some(d) = self.dht.take() {
             d.close().await;
         }
+        self.lsd = None;
     }
 }
 
@@ -1278,6 +1304,14 @@ fn split_path(p: &std::path::Path) -> (std::path::PathBuf, String) {
 async fn dht_recv(dht: &mut Option<super::dht::DhtGlue>) -> Option<Vec<super::udp::Datagram>> {
     match dht {
         Some(d) => d.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// LSD's next datagram (never, without LSD).
+async fn lsd_recv(lsd: &mut Option<super::lsd::LsdGlue>) -> Option<(usize, SocketAddr, Vec<u8>)> {
+    match lsd {
+        Some(l) => l.recv().await,
         None => std::future::pending().await,
     }
 }

@@ -430,7 +430,10 @@ impl PolicedUdp {
     /// socket has room (`WouldBlock` otherwise: never waits).
     pub fn try_send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         refuse(&self.policy, to, "datagram to")?;
-        self.sock.try_send_to(buf, to)
+        // Straight to the (non-blocking) socket: tokio's `try_send_to`
+        // answers WouldBlock until the reactor has seen the socket
+        // writable once, which drops a fresh socket's first datagram.
+        socket2::SockRef::from(&self.sock).send_to(buf, &to.into())
     }
 
     /// Sends a datagram if the policy allows its destination.

@@ -170,11 +170,15 @@ impl LsdGlue {
             status: LsdStatus::default(),
             recv_overflow: recv_overflow.clone(),
         };
+        let mut failed = Vec::new();
         for (i, group) in p.groups.into_iter().enumerate() {
             let sock = match open(policy, group, local).await {
                 Ok(s) => Arc::new(s),
                 Err(e) => {
-                    tracing::warn!("LSD: cannot use {group}: {e}");
+                    // A host without IPv6 multicast still runs on IPv4:
+                    // said loudly only if no group is left (below).
+                    tracing::info!("LSD: cannot use {group}: {e}");
+                    failed.push(format!("{group}: {e}"));
                     continue;
                 }
             };
@@ -202,6 +206,7 @@ impl LsdGlue {
             glue.status.groups.push(group);
         }
         if glue.chans.is_empty() {
+            tracing::warn!("LSD is off: no group could be used ({})", failed.join("; "));
             return None;
         }
         Some(glue)
@@ -288,8 +293,7 @@ impl LsdGlue {
         self.status.torrents = self.by_hash.len();
     }
 
-    /// The figures now.
-    #[allow(dead_code)] // read by tests; a status command later
+    /// The figures now ([`super::Snapshot::lsd`]).
     pub(crate) fn status(&self) -> LsdStatus {
         let mut s = self.status.clone();
         s.recv_overflow = self

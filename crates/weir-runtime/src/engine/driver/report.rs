@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub utp_peers: usize,
     /// The uTP endpoint's figures (`None`: no uTP).
     pub utp: Option<crate::utp::UtpStats>,
+    /// Local Service Discovery's figures (`None`: LSD is off).
+    pub lsd: Option<crate::engine::LsdStatus>,
 }
 
 impl Driver {
@@ -74,6 +76,7 @@ impl Driver {
             encryption: self.mse.policy,
             utp_peers: self.over_utp.len(),
             utp: self.transports.utp.as_ref().map(crate::utp::Utp::stats),
+            lsd: self.lsd.as_ref().map(crate::engine::lsd::LsdGlue::status),
         });
     }
 }

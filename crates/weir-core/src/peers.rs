@@ -45,6 +45,9 @@ pub enum Source {
     Pex,
     /// The DHT.
     Dht,
+    /// Local Service Discovery (BEP 14): a peer on the local network
+    /// announced the torrent.
+    Lsd,
     /// A peer asked (through a server, or by wedging) that we connect to
     /// it: dialled once, as soon as the limits allow, even when we are not
     /// looking for data.
@@ -53,12 +56,13 @@ pub enum Source {
 
 impl Source {
     /// Every source, in index order.
-    pub const ALL: [Source; 6] = [
+    pub const ALL: [Source; 7] = [
         Source::Manual,
         Source::Tracker,
         Source::Server,
         Source::Pex,
         Source::Dht,
+        Source::Lsd,
         Source::Callback,
     ];
 

@@ -44,6 +44,7 @@ fn config(state: &Path, downloads: &Path) -> BackendConfig {
         use_trackers: false,
         encryption: weir_bt::mse::Encryption::Prefer,
         dht_enabled: false,
+        lsd_enabled: false,
     }
 }
 

@@ -369,6 +369,73 @@ impl PolicedUdp {
         })
     }
 
+    /// Binds the port of the multicast `group` (with `SO_REUSEADDR` and
+    /// `SO_REUSEPORT`, so other clients on this host share it, as BEP 14
+    /// expects) and joins the group: on the interface of `iface` (IPv4;
+    /// `None` or an unspecified address: the system's choice), with a
+    /// hop limit of 1 and our own datagrams looped back (other programs
+    /// on this host hear us). Refused, without a socket made, if the
+    /// policy does not allow the group.
+    pub async fn bind_multicast(
+        policy: &NetPolicy,
+        group: SocketAddr,
+        iface: Option<IpAddr>,
+    ) -> io::Result<Self> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        refuse(policy, group, "multicast group")?;
+        if !group.ip().is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a multicast address", group.ip()),
+            ));
+        }
+        let domain = if group.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        match group.ip() {
+            IpAddr::V4(g) => {
+                let ifv4 = match iface {
+                    Some(IpAddr::V4(a)) => a,
+                    _ => Ipv4Addr::UNSPECIFIED,
+                };
+                s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, group.port())).into())?;
+                s.join_multicast_v4(&g, &ifv4)?;
+                if !ifv4.is_unspecified() {
+                    s.set_multicast_if_v4(&ifv4)?;
+                }
+                s.set_multicast_ttl_v4(1)?;
+                s.set_multicast_loop_v4(true)?;
+            }
+            IpAddr::V6(g) => {
+                s.set_only_v6(true)?;
+                s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, group.port())).into())?;
+                s.join_multicast_v6(&g, 0)?;
+                s.set_multicast_hops_v6(1)?;
+                s.set_multicast_loop_v6(true)?;
+            }
+        }
+        s.set_nonblocking(true)?;
+        Ok(Self {
+            sock: UdpSocket::from_std(s.into())?,
+            policy: policy.clone(),
+        })
+    }
+
+    /// Sends a datagram now if the policy allows its destination and the
+    /// socket has room (`WouldBlock` otherwise: never waits).
+    pub fn try_send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        refuse(&self.policy, to, "datagram to")?;
+        // Straight to the (non-blocking) socket: tokio's `try_send_to`
+        // answers WouldBlock until the reactor has seen the socket
+        // writable once, which drops a fresh socket's first datagram.
+        socket2::SockRef::from(&self.sock).send_to(buf, &to.into())
+    }
+
     /// Sends a datagram if the policy allows its destination.
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         refuse(&self.policy, to, "datagram to")?;

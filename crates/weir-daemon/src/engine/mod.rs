@@ -78,6 +78,9 @@ pub struct BackendConfig {
     /// The engine runs a DHT node (`dht-enabled` in session-get; fixed at
     /// start: a session-set cannot change it).
     pub dht_enabled: bool,
+    /// The engine runs Local Service Discovery (`lpd-enabled` in
+    /// session-get; `--lsd`, fixed at start like the DHT).
+    pub lsd_enabled: bool,
     /// The engine's MSE/PE policy at start (`--encryption`); a
     /// `session-set` of `encryption` changes it (and is kept).
     pub encryption: weir_bt::mse::Encryption,
@@ -311,6 +314,7 @@ impl EngineBackend {
         inner.settings.blocklist_enabled = false;
         inner.settings.peer_port = cfg.peer_port;
         inner.settings.dht_enabled = cfg.dht_enabled;
+        inner.settings.lpd_enabled = cfg.lsd_enabled;
         if let Some((kbps, enabled)) = state.caps.down {
             inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };
         }

@@ -20,6 +20,7 @@
 
 pub mod dht;
 mod driver;
+pub mod lsd;
 mod mse;
 mod spec;
 mod trackers;
@@ -44,6 +45,7 @@ use crate::storage::{OpenError, OpenOptions};
 
 pub use dht::{DhtError, DhtSettings, DhtStatus};
 pub use driver::Snapshot;
+pub use lsd::{LsdSettings, LsdStatus};
 pub use transport::{Transport, Transports, TransportsError};
 
 /// How to run an engine.
@@ -89,6 +91,9 @@ pub struct EngineConfig {
     pub transports: Transports,
     /// The uTP endpoint's settings (buffers, bounds, seed).
     pub utp: crate::utp::UtpConfig,
+    /// Local Service Discovery (BEP 14, `--lsd`; `None`: off): torrents
+    /// announced to the groups the policy allows, peers heard learnt.
+    pub lsd: Option<LsdSettings>,
 }
 
 impl EngineConfig {
@@ -111,6 +116,7 @@ impl EngineConfig {
             dht: None,
             transports: Transports::default(),
             utp: crate::utp::UtpConfig::default(),
+            lsd: None,
         }
     }
 }
@@ -336,6 +342,9 @@ pub struct Engine {
     pub dht_addr: Option<SocketAddr>,
     /// The UDP address uTP peers reach us on, if uTP runs.
     pub utp_addr: Option<SocketAddr>,
+    /// The groups LSD announces to (empty: LSD is off, or the policy
+    /// allows none of them).
+    pub lsd_groups: Vec<SocketAddr>,
 }
 
 /// Sends commands to a running engine (cloneable; for signal handlers and
@@ -433,7 +442,21 @@ impl Engine {
             .map(|s| s.routers.clone())
             .unwrap_or_default();
         let policy = cfg.session.policy.clone();
-        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k, dht, udp, utp);
+        let lsd = match &cfg.lsd {
+            Some(s) => {
+                lsd::LsdGlue::start(
+                    s,
+                    &policy,
+                    bt_addr,
+                    cfg.session.bt_port,
+                    cfg.session.seed ^ 0x15d0_5eed,
+                )
+                .await
+            }
+            None => None,
+        };
+        let lsd_groups = lsd.as_ref().map(lsd::LsdGlue::groups).unwrap_or_default();
+        let (tx, progress, task) = driver::spawn(cfg, bt, ed2k, dht, udp, utp, lsd);
         dht::resolve_routers(&policy, routers, tx.clone());
         Ok(Engine {
             tx,
@@ -443,6 +466,7 @@ impl Engine {
             ed2k_addr,
             dht_addr,
             utp_addr,
+            lsd_groups,
         })
     }
 

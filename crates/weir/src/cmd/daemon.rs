@@ -57,6 +57,20 @@ pub(crate) struct Args {
     /// Do not announce to trackers.
     #[arg(long)]
     no_trackers: bool,
+    /// Local Service Discovery (BEP 14): announce torrents to the local
+    /// network's multicast groups and connect to local peers announcing
+    /// them (`lpd-enabled` in session-get). Needs the groups in --allow.
+    #[arg(long)]
+    lsd: bool,
+    /// Tests only: send LSD announces to this unicast address instead of
+    /// the multicast groups.
+    #[arg(
+        long = "lsd-group",
+        value_name = "ADDR:PORT",
+        hide = true,
+        requires = "lsd"
+    )]
+    lsd_group: Option<SocketAddr>,
     /// Protocol encryption (MSE/PE) with BitTorrent peers: prefer,
     /// require, allow or off (as `weir get`); `session-set` changes it
     /// (`encryption`: required, preferred, tolerated).
@@ -207,6 +221,9 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         cfg.encryption = args.encryption;
         cfg.transports = args.transports;
         cfg.dht = dht;
+        cfg.lsd = args.lsd.then_some(weir_runtime::engine::LsdSettings {
+            group: args.lsd_group,
+        });
         cfg.down = Limiter::new(vec![down.clone()]);
         cfg.up = Limiter::new(vec![up.clone()]);
         let engine = Engine::start(cfg).await.map_err(engine_error)?;
@@ -223,6 +240,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 use_trackers: !args.no_trackers,
                 encryption: args.encryption,
                 dht_enabled: engine.dht_addr.is_some(),
+                lsd_enabled: !engine.lsd_groups.is_empty(),
             },
             engine.handle(),
         )

@@ -40,6 +40,21 @@ pub(crate) struct TransferOpts {
     /// No DHT (BEP 5): no UDP socket, no lookups, no announces.
     #[arg(long)]
     pub(crate) no_dht: bool,
+    /// Local Service Discovery (BEP 14): announce torrents to the local
+    /// network's multicast groups (239.192.152.143:6771,
+    /// [ff15::efc0:988f]:6771) and connect to local peers announcing them.
+    /// Needs the groups in --allow; private torrents never use it.
+    #[arg(long)]
+    pub(crate) lsd: bool,
+    /// Tests only: send LSD announces to this unicast address instead of
+    /// the multicast groups.
+    #[arg(
+        long = "lsd-group",
+        value_name = "ADDR:PORT",
+        hide = true,
+        requires = "lsd"
+    )]
+    pub(crate) lsd_group: Option<SocketAddr>,
     /// eD2k server to log into, to find sources and be found (repeatable).
     #[arg(long = "server", value_name = "IP:PORT")]
     pub(crate) servers: Vec<SocketAddr>,
@@ -214,10 +229,10 @@ pub(crate) fn resolve_peers(ctx: &Ctx, peers: &[String]) -> anyhow::Result<Vec<S
 }
 
 /// Why weir has no way to find peers for `meta` (`None`: it has some;
-/// the DHT is one for a torrent that is not private when `dht_finds`:
-/// it has a node to start from, see [`dht_finds`]).
-pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts, dht_finds: bool) -> Option<String> {
-    if !opts.peers.is_empty() || dht_finds && !meta.info.private {
+/// the DHT or LSD is one for a torrent that is not private when
+/// `finds`: see [`dht_finds`] and [`lsd_finds`]).
+pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts, finds: bool) -> Option<String> {
+    if !opts.peers.is_empty() || finds && !meta.info.private {
         return None;
     }
     let has_trackers = meta.trackers().iter().any(|t| !t.is_empty());
@@ -233,6 +248,23 @@ pub(crate) fn no_source(meta: &Metainfo, opts: &TransferOpts, dht_finds: bool) -
 /// policy that allows every address).
 pub(crate) fn dht_finds(ctx: &Ctx, opts: &TransferOpts) -> bool {
     !opts.no_dht && (!opts.dht_bootstrap.is_empty() || ctx.policy.allows_name_resolution())
+}
+
+/// The LSD settings of a run (`None`: no `--lsd`).
+pub(crate) fn lsd_settings(opts: &TransferOpts) -> Option<weir_runtime::engine::LsdSettings> {
+    opts.lsd.then_some(weir_runtime::engine::LsdSettings {
+        group: opts.lsd_group,
+    })
+}
+
+/// Whether LSD can find peers in this run: `--lsd` and a group the
+/// policy allows.
+pub(crate) fn lsd_finds(ctx: &Ctx, opts: &TransferOpts) -> bool {
+    lsd_settings(opts).is_some_and(|s| {
+        !weir_runtime::engine::lsd::plan(&ctx.policy, &s)
+            .groups
+            .is_empty()
+    })
 }
 
 /// The DHT settings of a run (`None`: `--no-dht`): `--dht-bootstrap`

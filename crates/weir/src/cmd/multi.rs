@@ -131,6 +131,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         if cfg.bt_listen.is_some() {
             let table = (!run.dir.seed_only).then(|| run.out.join(".weir-dht-table"));
             cfg.dht = crate::cmd::get::dht_settings(ctx, opts, table)?;
+            cfg.lsd = crate::cmd::get::lsd_settings(opts);
             if cfg.dht.as_ref().is_some_and(|d| d.table.is_some()) {
                 std::fs::create_dir_all(&run.out)
                     .with_context(|| format!("creating {}", run.out.display()))?;
@@ -172,7 +173,11 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         for (meta, peers) in torrents.iter().zip(torrent_peers) {
             // Peers to dial (--peer, a magnet's x.pe) are a way to find some.
             let why = if peers.is_empty() {
-                crate::cmd::get::no_source(meta, opts, crate::cmd::get::dht_finds(ctx, opts))
+                crate::cmd::get::no_source(
+                    meta,
+                    opts,
+                    crate::cmd::get::dht_finds(ctx, opts) || crate::cmd::get::lsd_finds(ctx, opts),
+                )
             } else {
                 None
             };

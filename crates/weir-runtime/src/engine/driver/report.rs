@@ -1,0 +1,82 @@
+//! The progress snapshot the driver publishes.
+
+use std::time::Instant;
+
+use weir_session::TransferInfo;
+
+use crate::engine::trackers::Standing;
+
+use super::Driver;
+use super::stores::Store;
+
+/// What the progress display reads, a few times a second.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every transfer.
+    pub transfers: Vec<TransferInfo>,
+    /// Connections by stage.
+    pub peers: usize,
+    /// Dials in progress.
+    pub dialing: usize,
+    /// The engine has stopped.
+    pub done: bool,
+    /// MSE/PE handshakes by outcome.
+    pub mse: crate::mse::MseStats,
+    /// The MSE/PE policy now.
+    pub encryption: weir_bt::mse::Encryption,
+    /// Established connections carried by uTP (the rest: TCP).
+    pub utp_peers: usize,
+    /// The uTP endpoint's figures (`None`: no uTP).
+    pub utp: Option<crate::utp::UtpStats>,
+    /// Local Service Discovery's figures (`None`: LSD is off).
+    pub lsd: Option<crate::engine::LsdStatus>,
+}
+
+impl Driver {
+    /// Every transfer now, with what only the storage knows.
+    pub(super) fn infos(&self, now: Instant) -> Vec<TransferInfo> {
+        self.session
+            .transfer_ids()
+            .filter_map(|id| self.session.info(id, now))
+            .map(|mut t| {
+                if let Some(Store::Running(d)) = self.stores.get(&t.id) {
+                    t.disk_full = d.disk_full();
+                }
+                t
+            })
+            .collect()
+    }
+
+    pub(super) fn publish(&mut self, done: bool) {
+        let now = Instant::now();
+        let transfers = self.infos(now);
+        for t in &transfers {
+            if let Some(a) = self.announcers.get(&t.id) {
+                a.standing.send_if_modified(|s| {
+                    let new = Standing {
+                        uploaded: t.uploaded.0,
+                        downloaded: t.downloaded.0,
+                        left: t.size - t.bytes_had.min(t.size),
+                        complete: t.complete_at.is_some(),
+                        peers: t.peers,
+                    };
+                    let changed = *s != new;
+                    *s = new;
+                    changed
+                });
+            }
+        }
+        let c = self.session.counts();
+        let _ = self.progress.send(Snapshot {
+            transfers,
+            peers: c.peers,
+            dialing: c.dialing,
+            done,
+            mse: self.mse.stats(),
+            encryption: self.mse.policy,
+            utp_peers: self.over_utp.len(),
+            utp: self.transports.utp.as_ref().map(crate::utp::Utp::stats),
+            lsd: self.lsd.as_ref().map(crate::engine::lsd::LsdGlue::status),
+        });
+    }
+}

@@ -214,6 +214,9 @@ struct LeechFig {
     to_leechers: u64,
     own_up: Option<u64>,
     cpu_s: f64,
+    /// Bytes of blocks the seeder sent this leecher that it had already
+    /// sent (to anyone).
+    seeder_repeats: Option<u64>,
     /// Bytes received over time (seconds from t0).
     received: Vec<(f64, u64)>,
 }
@@ -227,6 +230,8 @@ struct SwarmFig {
     seeder_sent: u64,
     seeder_kernel: u64,
     seeder_cpu_s: f64,
+    /// Bytes of blocks the seeder sent more than once.
+    seeder_repeats: Option<u64>,
 }
 
 /// Sum of `m[(from, to)]` over `froms`.
@@ -436,6 +441,17 @@ fn swarm_once(
         stopped.push(m.stop(Duration::from_secs(5))?);
     }
     let (seed_usage, seed_stats) = swarm::stop_seeder(&mut seeder, Duration::from_secs(5))?;
+    let uploads = swarm::seeder_uploads(&seeder);
+    let block = crate::bt_setup::BLOCK;
+    let repeats_of = |ip: Ipv4Addr| {
+        (!uploads.is_empty()).then(|| {
+            uploads
+                .iter()
+                .filter(|u| u.ip == ip.to_string())
+                .map(|u| u.repeats * block)
+                .sum::<u64>()
+        })
+    };
     for (i, s) in slots.iter().enumerate() {
         let file = outs[i].join(&p.info.name);
         payload::verify(&file, p.len(), PAYLOAD_SEED)
@@ -477,6 +493,7 @@ fn swarm_once(
                     .sum(),
                 own_up,
                 cpu_s: stopped[i].usage.cpu_s(),
+                seeder_repeats: repeats_of(me),
                 received,
             },
         ));
@@ -490,6 +507,8 @@ fn swarm_once(
         seeder_sent: seed_stats.map_or(seeder_kernel, |s| s.up),
         seeder_kernel,
         seeder_cpu_s: seed_usage.cpu_s(),
+        seeder_repeats: (!uploads.is_empty())
+            .then(|| uploads.iter().map(|u| u.repeats * block).sum()),
         leechers,
     })
 }
@@ -507,6 +526,7 @@ fn metrics() -> Vec<Metric> {
         Metric::new("CPU s", 1),
         Metric::new("copies", 2),
         Metric::new("util %", 1),
+        Metric::new("seeder repeats MiB", 1),
     ]
 }
 
@@ -534,6 +554,7 @@ fn record(rep: &mut Report, swarm: &str, f: &SwarmFig, floor: f64, size: u64, ra
             l.cpu_s,
         ];
         v.resize(n, f64::NAN);
+        v[10] = l.seeder_repeats.map_or(f64::NAN, |b| mib(b as f64));
         rep.add_run(&[swarm, &s.label], &v);
     }
     let mut v = vec![f.last_done_s, f.last_done_s / floor];
@@ -545,6 +566,7 @@ fn record(rep: &mut Report, swarm: &str, f: &SwarmFig, floor: f64, size: u64, ra
     v[7] = f.seeder_cpu_s;
     v[8] = f.seeder_sent as f64 / size as f64;
     v[9] = 100.0 * f.seeder_sent as f64 / (rate as f64 * f.last_done_s);
+    v[10] = f.seeder_repeats.map_or(f64::NAN, |b| mib(b as f64));
     rep.add_run(&[swarm, SEEDER_ROW], &v);
 }
 
@@ -653,10 +675,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                 Ok(f) => {
                     for (s, l) in &f.leechers {
                         eprintln!(
-                            "swarm:   {:<28} done {:6.2} s, from seeder {:7.1} MiB, from leechers {:7.1} MiB, to leechers {:7.1} MiB",
+                            "swarm:   {:<28} done {:6.2} s, from seeder {:7.1} MiB (repeats {:6.1}), from leechers {:7.1} MiB, to leechers {:7.1} MiB",
                             s.label,
                             l.done_s,
                             mib(l.from_seeder as f64),
+                            l.seeder_repeats.map_or(f64::NAN, |b| mib(b as f64)),
                             mib(l.from_leechers as f64),
                             mib(l.to_leechers as f64)
                         );
@@ -689,7 +712,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         rate as f64 / 1e6
     ));
     rep.note(&format!(
-        "done s: t0 to the leecher's own completion report (libtorrent: finished alert; aria2c: --on-bt-download-complete; Transmission: script-torrent-done; weir: its `every piece verified` log line, seen within 20 ms); x floor: over the floor size / rate = {floor:.2} s; from/to MiB: the kernel's per-socket bytes_received on each end of every TCP connection (`ss -ti`, sampled every {} ms and once after the last completion; BitTorrent framing included), to leechers = what the other leechers received from this one; own up: the client's own count of payload it uploaded (libtorrent: total_payload_upload; weir: its summary line, 3 significant digits; seeder: libtorrent's, which copies and util use); copies = seeder payload sent / size; util = seeder payload sent / (rate x swarm time); every leecher's file compared with the payload after each swarm",
+        "done s: t0 to the leecher's own completion report (libtorrent: finished alert; aria2c: --on-bt-download-complete; Transmission: script-torrent-done; weir: its `every piece verified` log line, seen within 20 ms); x floor: over the floor size / rate = {floor:.2} s; from/to MiB: the kernel's per-socket bytes_received on each end of every TCP connection (`ss -ti`, sampled every {} ms and once after the last completion; BitTorrent framing included), to leechers = what the other leechers received from this one; own up: the client's own count of payload it uploaded (libtorrent: total_payload_upload; weir: its summary line, 3 significant digits; seeder: libtorrent's, which copies and util use); copies = seeder payload sent / size; seeder repeats: blocks the seeder sent this leecher that it had already sent to some leecher (libtorrent block_uploaded alerts, 16 KiB each), total on the seeder's row; util = seeder payload sent / (rate x swarm time); every leecher's file compared with the payload after each swarm",
         st.every.as_millis()
     ));
     for v in verdicts(&rep, floor) {

@@ -11,7 +11,9 @@ torrent's tracker. Written to a temp dir and run by weir_lab::bt::swarm.
          every 2 s while that address is not connected).
   leech: touches --done when the torrent finishes, then keeps seeding.
 Both print `STATS <unix time> <payload down> <payload up> <progress>` every
-0.5 s and once more when stopped, then exit 0.
+0.5 s and once more when stopped, then exit 0; the seeder then prints
+`UPLOADED <ip> <blocks> <repeats>` per peer: blocks it sent that peer, and
+how many of them it had already sent to anyone (block_uploaded alerts).
 Rate caps (--ul-limit, bytes/s) also apply to loopback peers: every address
 is mapped to the global peer class.
 """
@@ -74,7 +76,9 @@ settings.update({
     'enable_ip_notifier': False,
     'announce_to_all_tiers': False,
     'allow_multiple_connections_per_ip': True,
-    'alert_mask': lt.alert.category_t.status_notification | lt.alert.category_t.error_notification,
+    'alert_mask': lt.alert.category_t.status_notification | lt.alert.category_t.error_notification
+    | (lt.alert.category_t.upload_notification if a.mode == 'seed' else 0),
+    'alert_queue_size': 1 << 20,
     'upload_rate_limit': a.ul_limit,
 })
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
@@ -101,6 +105,31 @@ def stats():
     return st
 
 
+# Seeder: blocks sent, per peer IP, and how many were sent before to anyone.
+sent_blocks = set()
+uploaded = {}
+
+
+def drain():
+    """Handles the queued alerts; whether the torrent finished."""
+    finished = False
+    for al in ses.pop_alerts():
+        if isinstance(al, lt.torrent_finished_alert):
+            finished = True
+        elif isinstance(al, lt.block_uploaded_alert):
+            key = (al.piece_index, al.block_index)
+            ip = al.ip[0] if isinstance(al.ip, tuple) else str(al.ip)
+            u = uploaded.setdefault(ip, [0, 0])
+            u[0] += 1
+            if key in sent_blocks:
+                u[1] += 1
+            else:
+                sent_blocks.add(key)
+        elif isinstance(al, (lt.torrent_error_alert, lt.file_error_alert)):
+            print('error:', al.message(), file=sys.stderr, flush=True)
+    return finished
+
+
 deadline = time.time() + a.timeout
 ready = False
 done = False
@@ -109,11 +138,7 @@ last_dial = 0.0
 last_stats = 0.0
 while not stopping:
     ses.wait_for_alert(100)
-    for al in ses.pop_alerts():
-        if isinstance(al, lt.torrent_finished_alert):
-            done = True
-        elif isinstance(al, (lt.torrent_error_alert, lt.file_error_alert)):
-            print('error:', al.message(), file=sys.stderr, flush=True)
+    done = drain() or done
     now = time.time()
     st = h.status()
     if a.mode == 'seed':
@@ -146,5 +171,8 @@ while not stopping:
     if now > deadline:
         print('timeout', file=sys.stderr, flush=True)
         sys.exit(3)
+drain()
 stats()
+for ip, (blocks, repeats) in sorted(uploaded.items()):
+    print(f'UPLOADED {ip} {blocks} {repeats}', flush=True)
 ses.pause()

@@ -394,6 +394,41 @@ pub fn start_seeder(
     Ok(proc)
 }
 
+/// Blocks a seeder from [`start_seeder`] sent one peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uploaded {
+    /// The peer's IP address.
+    pub ip: String,
+    /// Blocks sent to it.
+    pub blocks: u64,
+    /// How many of them the seeder had already sent (to anyone).
+    pub repeats: u64,
+}
+
+/// The `UPLOADED <ip> <blocks> <repeats>` lines in `text` (a stopped
+/// seeder's stdout).
+pub fn parse_uploaded(text: &str) -> Vec<Uploaded> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("UPLOADED ")?.split_whitespace();
+            Some(Uploaded {
+                ip: f.next()?.to_string(),
+                blocks: f.next()?.parse().ok()?,
+                repeats: f.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// What a seeder from [`start_seeder`] sent each peer, once it is
+/// stopped ([`stop_seeder`]).
+pub fn seeder_uploads(proc: &Proc) -> Vec<Uploaded> {
+    proc.stdout_log()
+        .and_then(|l| std::fs::read_to_string(l).ok())
+        .map(|t| parse_uploaded(&t))
+        .unwrap_or_default()
+}
+
 /// Stops a seeder from [`start_seeder`] by PID; its resource use and its
 /// last `STATS` line.
 pub fn stop_seeder(proc: &mut Proc, grace: Duration) -> anyhow::Result<(Usage, Option<Stats>)> {
@@ -418,6 +453,15 @@ mod tests {
             })
         );
         assert_eq!(last_stats("STATS 1 2\n"), None);
+        let u = parse_uploaded("STATS 1 2 3 1\nUPLOADED 127.0.0.10 640 12\nUPLOADED x\n");
+        assert_eq!(
+            u,
+            [Uploaded {
+                ip: "127.0.0.10".into(),
+                blocks: 640,
+                repeats: 12
+            }]
+        );
         assert_eq!(last_stats(""), None);
     }
 }

@@ -23,6 +23,7 @@ pub mod ramp;
 pub mod recheck;
 pub mod report;
 pub mod rtt;
+pub mod swarm;
 pub mod tracker;
 pub mod transports;
 pub mod udplink;
@@ -48,7 +49,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 14] = [
+pub const SCENARIOS: [&str; 15] = [
     "bt-single",
     "ramp",
     "cap",
@@ -63,6 +64,7 @@ pub const SCENARIOS: [&str; 14] = [
     "recheck",
     "transports",
     "magnet",
+    "swarm",
 ];
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
@@ -82,6 +84,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "recheck" => recheck::run(cfg),
         "transports" => transports::run(cfg),
         "magnet" => magnet::run(cfg),
+        "swarm" => swarm::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -27,7 +27,7 @@ pub(crate) enum Role {
     Leech,
 }
 
-fn abs(p: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn abs(p: &Path) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(p).with_context(|| format!("resolving {}", p.display()))
 }
 
@@ -38,7 +38,7 @@ fn s(p: &Path) -> anyhow::Result<String> {
 }
 
 /// A `#!/bin/sh` hook that creates `flag` (arguments ignored).
-fn write_hook(work: &TempDir, name: &str, flag: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_hook(work: &TempDir, name: &str, flag: &Path) -> anyhow::Result<PathBuf> {
     let hook = work.path().join(name);
     let flag = s(flag)?;
     if flag.contains('\'') {
@@ -47,6 +47,45 @@ fn write_hook(work: &TempDir, name: &str, flag: &Path) -> anyhow::Result<PathBuf
     std::fs::write(&hook, format!("#!/bin/sh\n: > '{flag}'\n"))?;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
     Ok(hook)
+}
+
+/// aria2c with every discovery feature off, bound to `addr`, saving into
+/// `dir`, running `hook` when a download completes (before any seeding);
+/// the role's options and the torrent are added by the caller.
+pub(crate) fn aria2_command(
+    ns: &Netns,
+    addr: SocketAddrV4,
+    work: &TempDir,
+    hook: &Path,
+    dir: &Path,
+) -> anyhow::Result<Command> {
+    let mut c = ns.command("aria2c");
+    c.args([
+        "--no-conf=true",
+        "--enable-dht=false",
+        "--enable-dht6=false",
+        "--bt-enable-lpd=false",
+        "--enable-peer-exchange=false",
+        "--disable-ipv6=true",
+        "--enable-rpc=false",
+        "--bt-save-metadata=false",
+        "--bt-metadata-only=false",
+        "--follow-torrent=false",
+        "--summary-interval=0",
+        "--console-log-level=notice",
+        "--show-console-readout=false",
+        "--bt-stop-timeout=0",
+    ])
+    .arg(format!("--listen-port={}", addr.port()))
+    .arg(format!("--interface={}", addr.ip()))
+    .arg(format!(
+        "--dht-file-path={}",
+        s(&work.path().join("dht.dat"))?
+    ))
+    .arg(format!("--on-bt-download-complete={}", s(hook)?))
+    .arg("-d")
+    .arg(dir);
+    Ok(c)
 }
 
 /// Starts `client` for `role`. `dir` is the data dir (seed) or output dir
@@ -132,32 +171,7 @@ pub(crate) fn launch(
         }
         Client::Aria2 => {
             let hook = write_hook(work, "aria2-hook.sh", &flag)?;
-            let mut c = ns.command("aria2c");
-            c.args([
-                "--no-conf=true",
-                "--enable-dht=false",
-                "--enable-dht6=false",
-                "--bt-enable-lpd=false",
-                "--enable-peer-exchange=false",
-                "--disable-ipv6=true",
-                "--enable-rpc=false",
-                "--bt-save-metadata=false",
-                "--bt-metadata-only=false",
-                "--follow-torrent=false",
-                "--summary-interval=0",
-                "--console-log-level=notice",
-                "--show-console-readout=false",
-                "--bt-stop-timeout=0",
-            ])
-            .arg(format!("--listen-port={}", addr.port()))
-            .arg(format!("--interface={}", addr.ip()))
-            .arg(format!(
-                "--dht-file-path={}",
-                s(&work.path().join("dht.dat"))?
-            ))
-            .arg(format!("--on-bt-download-complete={}", s(&hook)?))
-            .arg("-d")
-            .arg(&dir);
+            let mut c = aria2_command(ns, addr, work, &hook, &dir)?;
             match role {
                 Role::Seed => c.args([
                     "--check-integrity=true",

@@ -27,6 +27,7 @@
 
 mod clients;
 pub mod dht;
+pub mod swarm;
 mod tracker;
 
 use std::net::{SocketAddr, SocketAddrV4};

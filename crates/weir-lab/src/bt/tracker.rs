@@ -129,6 +129,17 @@ impl<'a> Tracker<'a> {
     /// The seeders (`complete`) an HTTP scrape from inside the namespace
     /// reports for the torrent (0 if it does not know it).
     pub fn seeders(&self, info_hash_hex: &str) -> anyhow::Result<u64> {
+        self.scrape(info_hash_hex, "8:completei")
+    }
+
+    /// The leechers (`incomplete`) an HTTP scrape from inside the
+    /// namespace reports for the torrent (0 if it does not know it).
+    pub fn leechers(&self, info_hash_hex: &str) -> anyhow::Result<u64> {
+        self.scrape(info_hash_hex, "10:incompletei")
+    }
+
+    /// The number after `key` (`8:completei`) in a scrape's answer.
+    fn scrape(&self, info_hash_hex: &str, key: &str) -> anyhow::Result<u64> {
         use std::io::{Read, Write};
         let q: String = (0..info_hash_hex.len() / 2)
             .map(|i| format!("%{}", &info_hash_hex[2 * i..2 * i + 2]))
@@ -146,7 +157,7 @@ impl<'a> Tracker<'a> {
             // "...8:completei<N>e..." in the bencoded answer.
             let text = String::from_utf8_lossy(&body);
             Ok(text
-                .split("8:completei")
+                .split(key)
                 .nth(1)
                 .and_then(|t| t.split('e').next())
                 .and_then(|n| n.parse().ok())

@@ -14,7 +14,7 @@ use crate::exit::bad_input;
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// Scenario: bt-single, ramp, cap, rtt, zmodem, ed2k, daemon, killsuite,
-    /// multi, many, hostile, recheck or magnet.
+    /// multi, many, hostile, recheck, transports, magnet or swarm.
     #[arg(value_name = "SCENARIO")]
     scenario: String,
     /// Directory for the result files.

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, IoSlice};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
@@ -15,6 +16,7 @@ use weir_core::storage::{FileLayout, StorageFault};
 
 use super::dir::{Access, SafeDir};
 use super::error::OpenError;
+use super::fdcache;
 use crate::bufpool::BufPool;
 
 /// Buffers of storage reads: a read is at most this large to use one
@@ -75,7 +77,17 @@ pub(crate) struct Files {
     /// Per file: weir may write it (otherwise writes are compared).
     writable: Vec<bool>,
     access: Access,
-    fds: Vec<OnceLock<File>>,
+    /// This set's key in [`fdcache`], which holds the open files.
+    id: u64,
+    /// Per file: the inode its first open found (0: not opened yet), so a
+    /// reopen after [`fdcache`] closed it can tell a replaced file.
+    inodes: Vec<AtomicU64>,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        fdcache::forget(self.id);
+    }
 }
 
 impl Files {
@@ -88,7 +100,10 @@ impl Files {
             Access::Read
         };
         Self {
-            fds: (0..layout.files().len()).map(|_| OnceLock::new()).collect(),
+            id: fdcache::next_id(),
+            inodes: (0..layout.files().len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             dir,
             layout,
             writable,
@@ -116,10 +131,12 @@ impl Files {
         self.dir.path().join(self.rel(i))
     }
 
-    /// File `i`, opened (without following links) on first use. A failure
-    /// is not remembered: a file created later opens then.
-    pub(crate) fn file(&self, i: usize) -> io::Result<&File> {
-        if let Some(f) = self.fds[i].get() {
+    /// File `i`, opened (without following links) when it is not open
+    /// (see [`fdcache`]). A failure is not remembered: a file created
+    /// later opens then. A file that is not the one first opened here (another
+    /// inode: replaced meanwhile) is an error.
+    pub(crate) fn file(&self, i: usize) -> io::Result<Arc<File>> {
+        if let Some(f) = fdcache::get((self.id, i)) {
             return Ok(f);
         }
         let access = if self.writable[i] {
@@ -133,9 +150,17 @@ impl Files {
             Err(OpenError::Io { source, .. }) => return Err(source),
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
-        // Another thread may have opened it meanwhile: either will do.
-        let _ = self.fds[i].set(f);
-        Ok(self.fds[i].get().expect("just set"))
+        let ino = f.metadata()?.ino().max(1);
+        match self.inodes[i].compare_exchange(0, ino, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(had) if had == ino => {}
+            Err(_) => {
+                return Err(io::Error::other(
+                    "replaced by another file since weir opened it",
+                ));
+            }
+        }
+        Ok(fdcache::insert((self.id, i), f))
     }
 
     /// Writes `data` (contiguous) at `offset` of the transfer. Ranges of a
@@ -172,11 +197,11 @@ impl Files {
                     }
                 }
                 let n = if self.writable[fi] {
-                    nix::sys::uio::pwritev(file, &slices, foff as i64)
+                    nix::sys::uio::pwritev(&*file, &slices, foff as i64)
                         .map_err(io::Error::from)
                         .map_err(io)?
                 } else {
-                    self.compare(fi, file, &slices, foff)?;
+                    self.compare(fi, &file, &slices, foff)?;
                     batch
                 };
                 if n == 0 {
@@ -281,7 +306,7 @@ impl Files {
                 },
             };
             let file = self.file(fi).map_err(fault)?;
-            let got = read_full_at(file, &mut buf[at..at + n], foff).map_err(fault)?;
+            let got = read_full_at(&file, &mut buf[at..at + n], foff).map_err(fault)?;
             if got < n {
                 let now = file
                     .metadata()
@@ -330,20 +355,29 @@ impl Files {
         }
     }
 
-    /// Flushes file `i`'s data to the disk (if it was opened).
+    /// Flushes file `i`'s data to the disk (if it was ever opened; when
+    /// [`fdcache`] has closed it since, it is reopened for the flush: its
+    /// written pages are the file's, not the descriptor's).
     pub(crate) fn sync(&self, i: usize) -> io::Result<()> {
-        match self.fds[i].get() {
-            Some(f) => f.sync_data(),
-            None => Ok(()),
+        if self.inodes[i].load(Ordering::Relaxed) == 0 {
+            return Ok(());
         }
+        self.file(i)?.sync_data()
     }
 
     /// File `i`'s state now (zeros when it is missing).
     pub(crate) fn state(&self, i: usize) -> FileState {
-        let md = self.fds[i].get().and_then(|f| f.metadata().ok());
+        let md = fdcache::get((self.id, i)).and_then(|f| f.metadata().ok());
         match md {
             Some(m) => state_of(m.ino(), m.len(), m.mtime(), m.mtime_nsec()),
             None => match self.dir.stat(self.rel(i)) {
+                // Not the file weir had open (replaced while closed): a
+                // state no later run can match, so it is not trusted.
+                Ok(Some(st))
+                    if ![0, st.st_ino.max(1)].contains(&self.inodes[i].load(Ordering::Relaxed)) =>
+                {
+                    state_of(0, 0, 0, 0)
+                }
                 Ok(Some(st)) => {
                     state_of(st.st_ino, st.st_size as u64, st.st_mtime, st.st_mtime_nsec)
                 }
@@ -378,4 +412,38 @@ fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> 
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use weir_core::storage::FileLayout;
+
+    use super::super::dir::SafeDir;
+    use super::super::fdcache;
+    use super::Files;
+
+    #[test]
+    fn a_file_replaced_while_closed_is_refused_and_its_state_not_trusted() {
+        let t = std::env::temp_dir().join(format!("weir-files-replaced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("a"), b"old bytes").unwrap();
+        let dir = Arc::new(SafeDir::open(&t, false).unwrap());
+        let files = Files::new(dir, FileLayout::new([(PathBuf::from("a"), 9)]), vec![false]);
+        assert_eq!(&files.read(0, 9).unwrap()[..], b"old bytes");
+        let before = files.state(0);
+        // The cache closes it (as it would past its bound), then the file
+        // is replaced under the same name.
+        fdcache::forget(files.id);
+        assert_eq!(files.state(0), before, "state of the same file changed");
+        std::fs::write(t.join("b"), b"new bytes").unwrap();
+        std::fs::rename(t.join("b"), t.join("a")).unwrap();
+        assert!(files.read(0, 9).is_err(), "a replaced file was read");
+        assert_eq!(files.state(0).size, 0, "a replaced file's state recorded");
+        drop(files);
+        std::fs::remove_dir_all(&t).unwrap();
+    }
 }

@@ -34,6 +34,7 @@
 
 mod dir;
 mod error;
+mod fdcache;
 mod files;
 mod journal;
 mod lock;

@@ -344,8 +344,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u32..64, 0usize..6).prop_map(|(i, s)| Op::Add(i, s)),
-        (0u32..64, 0u32..300, 0usize..6).prop_map(|(i, n, s)| Op::Answer(i, n, s)),
+        (0u32..64, 0usize..Source::ALL.len()).prop_map(|(i, s)| Op::Add(i, s)),
+        (0u32..64, 0u32..300, 0usize..Source::ALL.len()).prop_map(|(i, n, s)| Op::Answer(i, n, s)),
         (0usize..8, any::<bool>()).prop_map(|(r, s)| Op::Dial(r, s)),
         (0u32..64).prop_map(Op::Fail),
         (0u32..64).prop_map(Op::Connect),
@@ -400,7 +400,7 @@ proptest! {
             prop_assert!(c.known <= cfg.max_known);
             prop_assert!(c.asked <= cfg.max_callbacks);
             prop_assert!(b.ban_count() <= cfg.max_bans);
-            let mut per = [0usize; 6];
+            let mut per = [0usize; Source::ALL.len()];
             let (mut d, mut k, mut asked) = (0, 0, 0);
             for e in b.peers.values() {
                 per[e.source.index()] += 1;

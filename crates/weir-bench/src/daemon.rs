@@ -64,7 +64,10 @@ pub const LIST_FIELDS: [&str; 14] = [
 const TR_RPC: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9191);
 const WEIR_RPC: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9192);
 /// Where the weir daemon listens for peers (eD2k on the next port).
-const WEIR_PEERS: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 51616);
+/// Below the ephemeral range (32768-60999): the 10,000 RPC connections
+/// each run makes take ephemeral ports, and one of them still held when the
+/// next daemon starts made its listen fail with "port in use".
+const WEIR_PEERS: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 21616);
 
 /// What one server did.
 struct Measured {
@@ -218,7 +221,7 @@ fn start_transmission(ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
         "dht-enabled": false, "lpd-enabled": false, "pex-enabled": false, "utp-enabled": false,
         "port-forwarding-enabled": false, "blocklist-enabled": false,
         "blocklist-url": "http://127.0.0.1:1/disabled",
-        "peer-port": 51515, "peer-port-random-on-start": false,
+        "peer-port": 21515, "peer-port-random-on-start": false,
         "rpc-enabled": true, "rpc-bind-address": "127.0.0.1", "rpc-port": TR_RPC.port(),
         "rpc-whitelist": "127.0.0.1", "rpc-whitelist-enabled": true,
         "rpc-host-whitelist-enabled": true, "rpc-authentication-required": false,

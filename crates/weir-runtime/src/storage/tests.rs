@@ -582,3 +582,47 @@ async fn many_transfers_share_one_pool_of_threads_and_close_durably() {
         assert_eq!(read_tree(&t.0)[..98_304], data[..98_304]);
     }
 }
+
+#[tokio::test]
+async fn a_clean_journal_that_says_nothing_new_is_kept_not_rewritten() {
+    use std::os::unix::fs::MetadataExt;
+    let t = Tmp::new("keep");
+    let spec = spec(&t.0);
+    let g = spec.geometry;
+    let data = data();
+    let journal = t.0.join(".weir-resume-test");
+    let ino = || fs::metadata(&journal).unwrap().ino();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = open(spec.clone(), OpenOptions::download(), None)
+        .unwrap()
+        .start(digests(&spec), &[], tx)
+        .unwrap();
+    for p in 0..g.piece_count() {
+        submit_piece(&s, &g, &data, p, false);
+    }
+    verdicts(&mut rx, 4).await;
+    s.close();
+    // The first reopen compacts (the journal holds the run's records).
+    let first = ino();
+    let again = open(spec.clone(), OpenOptions::download(), None).unwrap();
+    assert_eq!(again.had.count(), 4);
+    let compacted = ino();
+    assert_ne!(compacted, first, "a journal with the run's records kept");
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    again.start(digests(&spec), &[], tx).unwrap().close();
+    // A clean close after nothing new: the next opens keep it as it is and
+    // trust the same pieces.
+    for _ in 0..2 {
+        let again = open(spec.clone(), OpenOptions::download(), None).unwrap();
+        assert_eq!(again.had.count(), 4);
+        assert_eq!(again.check.count(), 0);
+        assert_eq!(ino(), compacted, "an unchanged clean journal was rewritten");
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        again.start(digests(&spec), &[], tx).unwrap().close();
+    }
+    // A file changed since: compacted again, its pieces not trusted.
+    fs::write(t.0.join("d/a.bin"), vec![0u8; 30_000]).unwrap();
+    let again = open(spec, OpenOptions::download(), None).unwrap();
+    assert!(again.had.count() < 4);
+    assert_ne!(ino(), compacted);
+}

@@ -127,7 +127,7 @@ impl Driver {
                 // Milestones (here and the first piece below) are timed by
                 // `weir bench magnet`; off by default (RUST_LOG=info shows them).
                 tracing::info!(target: MILESTONE, "{}: every piece verified", self.transfer_name(id, now));
-                self.publish(false);
+                self.publish_soon(now);
             }
             TransferEvent::Failed(error) => {
                 let name = self
@@ -147,7 +147,7 @@ impl Driver {
                 if let Some(l) = &mut self.lsd {
                     l.add_torrent(id, &mut self.session);
                 }
-                self.publish(false);
+                self.publish_soon(now);
             }
             TransferEvent::Verified(_) => {
                 // The first this run (a piece verified at the start-up

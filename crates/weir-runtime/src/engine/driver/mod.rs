@@ -135,6 +135,8 @@ struct Driver {
     last_complete: Option<Instant>,
     /// Transfers whose first verified piece was logged ([`events::MILESTONE`]).
     first_piece_said: std::collections::HashSet<TransferId>,
+    /// When the last snapshot was published (see `Driver::publish_soon`).
+    last_publish: Option<Instant>,
     fatal: Option<EngineError>,
     accept_tasks: Vec<JoinHandle<()>>,
     /// Bound listeners not accepting yet (see `EngineConfig::accept_at_start`).
@@ -205,6 +207,7 @@ pub(super) fn spawn(
         started: Instant::now(),
         last_complete: None,
         first_piece_said: Default::default(),
+        last_publish: None,
         fatal: None,
         accept_tasks: Vec::new(),
         listeners,

@@ -103,8 +103,18 @@ fn demo_completes_byte_identical_within_bounds() {
         .map(parse_bytes)
         .expect("seeder line");
     let sent = seeder + forwarded;
+    // Printed to 0.1 MB: five figures rounded.
+    let rounding = 0.05e6 * 5.0;
     assert!(
-        (sent - received).abs() <= 0.05e6 * 5.0,
+        received <= sent + rounding,
+        "received more than was sent: sent {sent} vs received {received}: {out}"
+    );
+    // Sent and never read: blocks in flight on a connection when a leecher
+    // finished and left (under load, up to 660 kB was seen). Bounded by
+    // what one leecher's pipelines hold, 1 MB each; a counting bug (bytes
+    // counted twice, or a copy) is megabytes.
+    assert!(
+        sent - received <= rounding + 3.0 * 1.0e6,
         "sent {sent} vs received {received}: {out}"
     );
     assert!(

@@ -179,29 +179,31 @@ pub fn log_line(
     }
 }
 
-/// `40MB/s`, `20MiB/s`, `500kB/s`, `64KiB/s` or plain bytes per second
-/// (for `--set rate=`).
+/// `40MB/s`, `20MiB/s`, `500kB/s`, `64KiB/s`, `400Mbit/s` or plain bytes
+/// per second (for `--set rate=`), as [`weir_core::units::rate`] reads
+/// them; above 0.
 pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
-    let t = s.trim().trim_end_matches("/s");
-    let (num, mul) = if let Some(n) = t.strip_suffix("MiB") {
-        (n, 1u64 << 20)
-    } else if let Some(n) = t.strip_suffix("MB") {
-        (n, 1_000_000)
-    } else if let Some(n) = t.strip_suffix("KiB") {
-        (n, 1 << 10)
-    } else if let Some(n) = t.strip_suffix("kB") {
-        (n, 1000)
-    } else {
-        (t, 1)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--set rate={s}: not a rate (e.g. 40MB/s)"))?;
-    if v <= 0.0 {
+    let r = weir_core::units::rate(s).map_err(|e| anyhow::anyhow!("--set rate={s}: {e}"))?;
+    if r == 0 {
         bail!("--set rate={s}: must be above 0");
     }
-    Ok((v * mul as f64) as u64)
+    Ok(r)
+}
+
+/// A payload size for `--set size=`: `1GiB`, `256MiB`, `1.5GB`, or a plain
+/// number of MiB (`256`), at least 1 MiB.
+pub fn parse_payload_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let b = if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        weir_core::units::size(&format!("{t}MiB"))
+    } else {
+        weir_core::units::size(t)
+    }
+    .map_err(|e| anyhow::anyhow!("--set size={s}: {e} (e.g. 1GiB, 256MiB or 256 for MiB)"))?;
+    if b < 1 << 20 {
+        bail!("--set size={s}: at least 1 MiB");
+    }
+    Ok(b)
 }
 
 #[cfg(test)]

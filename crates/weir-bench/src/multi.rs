@@ -167,17 +167,7 @@ fn summary_secs(stderr: &str, name: &str) -> Option<f64> {
 
 /// A size as weir prints it (`0 B`, `12.3 MB`, decimal units), in bytes.
 fn parse_size(s: &str) -> Option<f64> {
-    let mut it = s.split_whitespace();
-    let n: f64 = it.next()?.parse().ok()?;
-    let mult = match it.next()? {
-        "B" => 1.0,
-        "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        _ => return None,
-    };
-    Some(n * mult)
+    weir_core::units::size(s).ok().map(|b| b as f64)
 }
 
 /// The steady part of part 2's run: from `from` seconds until 0.3 s

@@ -275,25 +275,7 @@ fn size_of(cfg: &BenchConfig) -> anyhow::Result<u64> {
     let Some(s) = cfg.get("size") else {
         return Ok(cfg.size_bytes(1024));
     };
-    let t = s.trim();
-    let (num, mul) = if let Some(n) = t.strip_suffix("GiB") {
-        (n, 1u64 << 30)
-    } else if let Some(n) = t.strip_suffix("MiB") {
-        (n, 1 << 20)
-    } else if let Some(n) = t.strip_suffix("KiB") {
-        (n, 1 << 10)
-    } else {
-        (t, 1 << 20)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--set size={s}: e.g. 1GiB, 256MiB or 256 (MiB)"))?;
-    let b = (v * mul as f64) as u64;
-    if b < 1 << 20 {
-        bail!("--set size={s}: at least 1 MiB");
-    }
-    Ok(b)
+    crate::common::parse_payload_size(s)
 }
 
 /// Starts one leecher of `slot`.

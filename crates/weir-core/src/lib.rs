@@ -26,6 +26,8 @@
 //!   what an opening transfer trusts, hashes again or must not touch.
 //! - [`safepath`]: turning names from torrents and the wire into paths that
 //!   can never leave the download directory.
+//! - [`units`]: sizes, rates and durations as people type them, parsed one
+//!   way for every front end.
 
 pub mod bitfield;
 pub mod bucket;
@@ -40,3 +42,4 @@ pub mod policy;
 pub mod resume;
 pub mod safepath;
 pub mod storage;
+pub mod units;

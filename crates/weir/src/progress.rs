@@ -154,25 +154,7 @@ pub(crate) fn bytes(n: u64) -> String {
 /// Parses a rate such as `20MB/s`, `20M`, `500k`, `1.5MiB` or a plain
 /// number of bytes per second. `0` means unlimited.
 pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().trim_end_matches("/s").trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        format!("bad rate {s:?}: expected a number with an optional unit, e.g. 20MB/s")
-    })?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1048576.0,
-        "gib" => 1073741824.0,
-        u => return Err(format!("bad rate {s:?}: unknown unit {u:?}")),
-    };
-    Ok((n * mult).round() as u64)
+    weir_core::units::rate(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

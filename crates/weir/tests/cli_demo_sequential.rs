@@ -17,15 +17,7 @@ const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// "8.4 MB" (weir's decimal units) in bytes.
 fn parse_bytes(s: &str) -> f64 {
-    let (n, unit) = s.trim().split_once(' ').expect("NUMBER UNIT");
-    let n: f64 = n.parse().expect("a number");
-    n * match unit {
-        "B" => 1.0,
-        "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        u => panic!("unit {u}"),
-    }
+    weir_core::units::size(s).expect("NUMBER UNIT") as f64
 }
 
 #[test]

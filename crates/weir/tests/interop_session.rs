@@ -142,20 +142,10 @@ fn by_network(stderr: &str, name: &str) -> anyhow::Result<(String, String)> {
     Ok((bt.to_string(), ed.to_string()))
 }
 
-/// A size as the progress display prints it (`12.3 MB`, `0 B`), in bytes.
+/// A size as the progress display prints it (`12.3 MB`, `0 B`), in bytes
+/// (0 when it does not read).
 fn parse_size(s: &str) -> f64 {
-    let mut it = s.split_whitespace();
-    let n: f64 = it.next().and_then(|n| n.parse().ok()).unwrap_or(0.0);
-    let mult = match it.next().unwrap_or("B") {
-        "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        _ => 1.0,
-    };
-    n * mult
+    weir_core::units::size(s).map_or(0.0, |b| b as f64)
 }
 
 #[test]

@@ -65,11 +65,11 @@ impl std::str::FromStr for Direction {
             "both" => Ok(Direction::Both),
             "fwd" => Ok(Direction::Fwd),
             "rev" => Ok(Direction::Rev),
-            _ => Err(parse::ParseError {
-                what: "direction",
-                input: s.to_string(),
-                why: "expected both, fwd or rev",
-            }),
+            _ => Err(parse::ParseError::new(
+                "direction",
+                s,
+                "expected both, fwd or rev",
+            )),
         }
     }
 }

@@ -1,130 +1,42 @@
 //! Parsing of link-emulator quantities: durations (`75ms`), sizes (`4MiB`),
 //! rates (`50MB/s`, `400Mbit/s`), offset lists (`10,20`) and drop ranges
-//! (`OFF:LEN,...`).
+//! (`OFF:LEN,...`). Single quantities are [`weir_core::units`]'; the lists
+//! are the emulator's own.
 
 use std::time::Duration;
 
+use weir_core::units;
+
 /// A malformed link-emulator argument; the message names the bad part.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {input:?}: {why}")]
-pub struct ParseError {
-    /// What was being parsed (`duration`, `size`, ...).
-    pub what: &'static str,
-    /// The text given.
-    pub input: String,
-    /// What is wrong with it.
-    pub why: &'static str,
-}
+pub type ParseError = units::UnitError;
 
 fn err(what: &'static str, input: &str, why: &'static str) -> ParseError {
-    ParseError {
-        what,
-        input: input.to_string(),
-        why,
-    }
-}
-
-/// Splits `12.5MiB` into (`12.5`, `MiB`).
-fn split_number(s: &str) -> (&str, &str) {
-    let s = s.trim();
-    let end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    (&s[..end], s[end..].trim())
-}
-
-fn number(what: &'static str, input: &str, n: &str) -> Result<f64, ParseError> {
-    if n.is_empty() {
-        return Err(err(what, input, "expected a number"));
-    }
-    let v: f64 = n.parse().map_err(|_| err(what, input, "bad number"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(err(what, input, "must be a non-negative number"));
-    }
-    Ok(v)
+    ParseError::new(what, input, why)
 }
 
 /// A duration: a number with `s`, `ms`, `us` or `ns` (`0` alone is allowed).
 pub fn duration(s: &str) -> Result<Duration, ParseError> {
-    let (n, unit) = split_number(s);
-    let v = number("duration", s, n)?;
-    let secs = match unit.to_ascii_lowercase().as_str() {
-        "" if v == 0.0 => 0.0,
-        "s" | "sec" => v,
-        "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        "ns" => v / 1e9,
-        "" => return Err(err("duration", s, "needs a unit: s, ms, us or ns")),
-        _ => return Err(err("duration", s, "unknown unit (s, ms, us, ns)")),
-    };
-    if secs > 3600.0 {
-        return Err(err("duration", s, "longer than an hour"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn byte_multiplier(unit: &str) -> Option<f64> {
-    Some(match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    })
+    units::duration(s)
 }
 
 /// A size in bytes: a number with an optional unit `B`, `kB`/`KiB`,
 /// `MB`/`MiB`, `GB`/`GiB` (decimal and binary as written).
 pub fn size(s: &str) -> Result<u64, ParseError> {
-    let (n, unit) = split_number(s);
-    let v = number("size", s, n)?;
-    let m = byte_multiplier(unit)
-        .ok_or_else(|| err("size", s, "unknown unit (B, kB, KiB, MB, MiB, GB, GiB)"))?;
-    let b = v * m;
-    if b > u64::MAX as f64 / 2.0 {
-        return Err(err("size", s, "too large"));
-    }
-    Ok(b.round() as u64)
+    units::size(s)
 }
 
 /// A rate in bytes per second: a size per second (`50MB/s`, `50MiB/s`,
-/// `50MB`), or bits per second (`400Mbit/s`, `400Mbps`).
+/// `50MB`), or bits per second (`400Mbit/s`, `400Mbps`); at least 1 byte/s
+/// and at most 1 TB/s.
 pub fn rate(s: &str) -> Result<u64, ParseError> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    // Bits per second: `400Mbit/s`, `400Mbit`, `400Mbps`.
-    let bits = lower
-        .strip_suffix("bit/s")
-        .or_else(|| lower.strip_suffix("bps"))
-        .or_else(|| lower.strip_suffix("bit"));
-    let bps = if let Some(body) = bits {
-        let (n, prefix) = split_number(body);
-        let v = number("rate", s, n)?;
-        let m = match prefix {
-            "" => 1.0,
-            "k" => 1e3,
-            "m" => 1e6,
-            "g" => 1e9,
-            _ => return Err(err("rate", s, "unknown bit unit (bit, kbit, Mbit, Gbit)")),
-        };
-        v * m / 8.0
-    } else {
-        let body = t.strip_suffix("/s").unwrap_or(t);
-        let (n, unit) = split_number(body);
-        let v = number("rate", s, n)?;
-        v * byte_multiplier(unit)
-            .ok_or_else(|| err("rate", s, "unknown unit (e.g. 50MB/s, 50MiB/s, 400Mbit/s)"))?
-    };
-    if bps < 1.0 {
+    let r = units::rate(s)?;
+    if r < 1 {
         return Err(err("rate", s, "must be at least 1 byte/s"));
     }
-    if bps > 1e12 {
+    if r > 1_000_000_000_000 {
         return Err(err("rate", s, "too large"));
     }
-    Ok(bps.round() as u64)
+    Ok(r)
 }
 
 /// A comma-separated list of byte offsets (each a [`size`]), e.g. `100,1MiB`.

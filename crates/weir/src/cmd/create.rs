@@ -54,20 +54,10 @@ pub(crate) struct Args {
     no_date: bool,
 }
 
-/// Parses `1MiB`, `512K`, `16384`, ... into bytes.
+/// Parses `1MiB`, `512K`, `16384`, ... into bytes (`k`/`M` binary, as
+/// piece sizes are given).
 pub(crate) fn parse_size(s: &str) -> Option<u64> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" | "kb" => 1 << 10,
-        "m" | "mib" | "mb" => 1 << 20,
-        "g" | "gib" | "gb" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
+    weir_core::units::binary_size(s).ok()
 }
 
 /// Checks a tracker URL the way a client will use it: `http://`,

@@ -116,8 +116,7 @@ pub(crate) fn launch(
     let logs = work.path();
     match client {
         Client::Libtorrent | Client::LibtorrentHps => {
-            let script = work.path().join("weir_lt_adapter.py");
-            std::fs::write(&script, LT_ADAPTER)?;
+            let script = super::write_lt_script(work.path(), "weir_lt_adapter.py", LT_ADAPTER)?;
             let mut c = ns.command(PYTHON);
             c.arg(&script)
                 .arg(if role == Role::Seed { "seed" } else { "leech" })

@@ -78,7 +78,7 @@ pub fn start(
 ) -> anyhow::Result<(Proc, Receiver<String>)> {
     let script = work.join("weir_lt_dht.py");
     if !script.exists() {
-        std::fs::write(&script, SCRIPT)?;
+        super::write_lt_script(work, "weir_lt_dht.py", SCRIPT)?;
     }
     let mut cmd = ns.command(super::clients::PYTHON);
     cmd.arg(&script);

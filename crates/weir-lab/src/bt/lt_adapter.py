@@ -19,6 +19,8 @@ import time
 
 import libtorrent as lt
 
+from lt_common import addr, cap_local_peers_too, lockdown, touch
+
 ap = argparse.ArgumentParser()
 ap.add_argument('mode', choices=['seed', 'leech'])
 ap.add_argument('--torrent', required=True)
@@ -41,35 +43,11 @@ ap.add_argument('--utp-only', action='store_true', help='uTP only, both ways (TC
 a = ap.parse_args()
 
 
-def addr(s):
-    host, port = s.rsplit(':', 1)
-    return host.strip('[]'), int(port)
-
-
-def touch(path):
-    if path:
-        with open(path, 'w'):
-            pass
-
-
-settings = lt.high_performance_seed() if a.preset == 'hps' else lt.default_settings()
-settings.update({
-    'listen_interfaces': f'{a.ip}:{a.port}',
-    'outgoing_interfaces': a.ip,
-    'enable_dht': False,
-    'dht_bootstrap_nodes': '',
-    'enable_lsd': False,
-    'enable_upnp': False,
-    'enable_natpmp': False,
-    'enable_incoming_utp': False,
-    'enable_outgoing_utp': False,
-    'enable_ip_notifier': False,
-    'announce_to_all_tiers': False,
-    'allow_multiple_connections_per_ip': True,
-    'alert_mask': lt.alert.category_t.status_notification | lt.alert.category_t.error_notification,
-    'download_rate_limit': a.dl_limit,
-    'upload_rate_limit': a.ul_limit,
-})
+settings = lockdown(a.ip, a.port, a.preset,
+                    alert_mask=lt.alert.category_t.status_notification
+                    | lt.alert.category_t.error_notification,
+                    download_rate_limit=a.dl_limit,
+                    upload_rate_limit=a.ul_limit)
 if a.forced_enc:
     settings.update({
         'out_enc_policy': int(lt.enc_policy.forced),
@@ -90,11 +68,7 @@ if a.ut_metadata or a.magnet:
 if a.ut_pex:
     ses.add_extension('ut_pex')
 if a.dl_limit or a.ul_limit:
-    pcf = lt.ip_filter()
-    glob = 1 << lt.session.global_peer_class_id
-    pcf.add_rule('0.0.0.0', '255.255.255.255', glob)
-    pcf.add_rule('::', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', glob)
-    ses.set_peer_class_filter(pcf)
+    cap_local_peers_too(ses)
 
 if a.magnet:
     # Metadata from the peers (BEP 9): --torrent only names the run.

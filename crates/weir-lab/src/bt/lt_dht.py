@@ -21,17 +21,17 @@ import time
 
 import libtorrent as lt
 
+from lt_common import lockdown
+
 mode, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cat = lt.alert.category_t
-settings = {
-    'listen_interfaces': f'{ip}:{port}', 'outgoing_interfaces': ip,
-    'enable_dht': True, 'dht_bootstrap_nodes': '',
-    'dht_restrict_routing_ips': False, 'dht_restrict_search_ips': False,
-    'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
-    'enable_ip_notifier': False, 'enable_incoming_utp': False, 'enable_outgoing_utp': False,
-    'alert_mask': cat.dht_notification | cat.status_notification
-        | cat.error_notification | cat.piece_progress_notification,
-}
+settings = lockdown(
+    ip, port,
+    enable_dht=True,
+    dht_restrict_routing_ips=False, dht_restrict_search_ips=False,
+    alert_mask=cat.dht_notification | cat.status_notification
+    | cat.error_notification | cat.piece_progress_notification,
+)
 ses = lt.session(settings)
 handle = None
 force = mode == 'seed'

@@ -25,6 +25,8 @@ import time
 
 import libtorrent as lt
 
+from lt_common import addr, cap_local_peers_too, lockdown, touch
+
 ap = argparse.ArgumentParser()
 ap.add_argument('mode', choices=['seed', 'leech'])
 ap.add_argument('--torrent', required=True)
@@ -51,44 +53,16 @@ signal.signal(signal.SIGTERM, on_term)
 signal.signal(signal.SIGINT, on_term)
 
 
-def addr(s):
-    host, port = s.strip().rsplit(':', 1)
-    return host.strip('[]'), int(port)
-
-
-def touch(path):
-    if path:
-        with open(path, 'w'):
-            pass
-
-
-settings = lt.high_performance_seed() if a.preset == 'hps' else lt.default_settings()
-settings.update({
-    'listen_interfaces': f'{a.ip}:{a.port}',
-    'outgoing_interfaces': a.ip,
-    'enable_dht': False,
-    'dht_bootstrap_nodes': '',
-    'enable_lsd': False,
-    'enable_upnp': False,
-    'enable_natpmp': False,
-    'enable_incoming_utp': False,
-    'enable_outgoing_utp': False,
-    'enable_ip_notifier': False,
-    'announce_to_all_tiers': False,
-    'allow_multiple_connections_per_ip': True,
-    'alert_mask': lt.alert.category_t.status_notification | lt.alert.category_t.error_notification
-    | (lt.alert.category_t.upload_notification if a.mode == 'seed' else 0),
-    'alert_queue_size': 1 << 20,
-    'upload_rate_limit': a.ul_limit,
-})
+cat = lt.alert.category_t
+settings = lockdown(a.ip, a.port, a.preset,
+                    alert_mask=cat.status_notification | cat.error_notification
+                    | (cat.upload_notification if a.mode == 'seed' else 0),
+                    alert_queue_size=1 << 20,
+                    upload_rate_limit=a.ul_limit)
 # flags 0: no default extensions, so no ut_pex / ut_metadata / smart_ban.
 ses = lt.session(settings, 0)
 if a.ul_limit:
-    pcf = lt.ip_filter()
-    glob = 1 << lt.session.global_peer_class_id
-    pcf.add_rule('0.0.0.0', '255.255.255.255', glob)
-    pcf.add_rule('::', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', glob)
-    ses.set_peer_class_filter(pcf)
+    cap_local_peers_too(ses)
 
 atp = lt.add_torrent_params()
 atp.ti = lt.torrent_info(a.torrent)

@@ -506,3 +506,17 @@ pub fn rx_bytes(ns: &Netns, ip: std::net::Ipv4Addr) -> u64 {
         .filter_map(|n| n.parse::<u64>().ok())
         .sum()
 }
+
+/// The module every libtorrent adapter script imports (its lockdown
+/// settings and helpers), written beside each one.
+const LT_COMMON: &str = include_str!("lt_common.py");
+
+/// Writes a libtorrent adapter script `name` holding `body` into `dir`,
+/// with `lt_common.py` beside it (Python finds it in the script's own
+/// directory), and returns the script's path.
+pub(crate) fn write_lt_script(dir: &Path, name: &str, body: &str) -> std::io::Result<PathBuf> {
+    std::fs::write(dir.join("lt_common.py"), LT_COMMON)?;
+    let script = dir.join(name);
+    std::fs::write(&script, body)?;
+    Ok(script)
+}

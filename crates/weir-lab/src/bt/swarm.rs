@@ -149,9 +149,11 @@ pub struct Stopped {
 
 /// The adapter script written into `work`.
 fn lt_script(work: &TempDir) -> anyhow::Result<PathBuf> {
-    let script = work.path().join("weir_lt_swarm.py");
-    std::fs::write(&script, LT_SWARM)?;
-    Ok(script)
+    Ok(super::write_lt_script(
+        work.path(),
+        "weir_lt_swarm.py",
+        LT_SWARM,
+    )?)
 }
 
 #[allow(clippy::too_many_arguments)]

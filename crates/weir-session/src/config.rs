@@ -38,6 +38,9 @@ pub struct SessionConfig {
     pub seed: u64,
     /// Peer exchange (BEP 11) on torrents that are not private.
     pub pex: bool,
+    /// The UDP port of the runtime's DHT node (`None`: no DHT): torrents
+    /// that are not private advertise it to peers (BEP 5 `port`).
+    pub dht_port: Option<u16>,
     /// Most requests in flight to one peer (`None`: the pipeline decides).
     pub max_requests: Option<u32>,
     /// How often the session looks for dials to start (besides after each
@@ -78,6 +81,7 @@ impl SessionConfig {
             order: Order::RarestFirst,
             seed: 0x5eed,
             pex: true,
+            dht_port: None,
             max_requests: None,
             dial_interval: Duration::from_millis(500),
             source_reask: Duration::from_secs(20 * 60),

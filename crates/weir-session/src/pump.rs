@@ -49,6 +49,11 @@ impl Session {
                 BtEvent::CheckDone => self.on_checked(id, now),
                 BtEvent::Fatal(e) => self.on_failed(id, e, now),
                 BtEvent::Content(ev) => self.on_content_event(id, ev, now),
+                BtEvent::DhtNode(addr) => {
+                    if self.cfg.policy.allows(addr.ip()) && !self.bans.contains(addr.ip()) {
+                        self.events.push_back(SessionEvent::DhtNode(addr));
+                    }
+                }
                 BtEvent::PexPeers(addrs) => {
                     // Through the book: policy, bans, quotas, dial limits.
                     self.add_peers(

@@ -229,6 +229,7 @@ impl Session {
         }
         tcfg.download = spec.download;
         tcfg.pex = self.cfg.pex;
+        tcfg.dht_port = self.cfg.dht_port.filter(|_| !meta.info.private);
         let digests = Torrent::digests(&meta);
         let mut torrent = Torrent::new(&meta, tcfg, &spec.had, &spec.check);
         let resumed = spec

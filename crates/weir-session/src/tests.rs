@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sha1::{Digest as _, Sha1};
 use weir_bt::metainfo::{FileEntry, Info, Metainfo};
-use weir_bt::wire::Handshake;
+use weir_bt::wire::{Handshake, Message};
 use weir_core::bitfield::Bitfield;
 use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
@@ -628,3 +628,58 @@ fn a_newcomer_takes_the_slot_of_a_peer_idle_since_it_connected_and_only_then() {
 }
 
 mod flood;
+
+#[test]
+fn a_peer_s_dht_port_reaches_the_runtime_and_private_torrents_advertise_no_dht() {
+    let now = Instant::now(); // test-epoch
+    let mut cfg = SessionConfig::new(
+        NetPolicy::loopback(),
+        *b"-WR0100-aaaaaaaaaaaa",
+        Md4Hash([1; 16]),
+    );
+    cfg.dht_port = Some(6881);
+    let mut s = Session::new(cfg);
+    let public = add(&mut s, 1, now);
+    let mut private = (*meta(2)).clone();
+    private.info.private = true;
+    let n = private.info.piece_count();
+    s.add_torrent(
+        AddTorrent {
+            meta: Arc::new(private),
+            had: Bitfield::new(n),
+            check: Bitfield::new(n),
+            partial: Vec::new(),
+            peers: vec![],
+            paused: false,
+            seed: false,
+            download: true,
+        },
+        now,
+    )
+    .unwrap();
+    assert!(s.bt_route(&[1; 20]).unwrap().supports_dht());
+    assert!(!s.bt_route(&[2; 20]).unwrap().supports_dht());
+
+    let mut nodes = Vec::new();
+    for (tag, ip) in [(1u8, 9u8), (2, 10)] {
+        let addr = SocketAddr::from(([127, 0, 0, ip], 51413));
+        let conn = s.incoming(Proto::Bt, addr, now).unwrap();
+        s.established(
+            conn,
+            Established::Bt {
+                theirs: their_handshake(tag, ip).with_dht(),
+                preamble_sent: false,
+            },
+            now,
+        )
+        .unwrap();
+        s.bt_messages(conn, vec![Message::Port(7000), Message::Port(7001)], now);
+        while let Some(ev) = s.poll_event() {
+            if let SessionEvent::DhtNode(a) = ev {
+                nodes.push(a);
+            }
+        }
+    }
+    assert_eq!(nodes, [SocketAddr::from(([127, 0, 0, 9], 7000))]);
+    assert!(s.transfer_counts(public).unwrap().peers >= 1);
+}

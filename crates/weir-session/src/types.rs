@@ -205,6 +205,10 @@ pub enum SessionEvent {
         /// What it must hash to.
         digest: weir_core::storage::Digest,
     },
+    /// A BitTorrent peer's DHT node (BEP 5 `port`), allowed by the
+    /// policy and not banned: the runtime's DHT pings it and keeps it if
+    /// it answers.
+    DhtNode(std::net::SocketAddr),
     /// A line for the log (the session itself never logs).
     Log {
         /// How important.

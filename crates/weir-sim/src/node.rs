@@ -796,6 +796,8 @@ impl World {
                 SessionEvent::Log { level, message } => {
                     self.nodes[n].logs.push((now, level, message))
                 }
+                // The simulated sessions run no DHT node.
+                SessionEvent::DhtNode(_) => {}
             }
         }
         self.arm_timer(n);

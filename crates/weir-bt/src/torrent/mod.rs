@@ -133,6 +133,11 @@ pub struct TorrentConfig {
     /// Exchange peers with peers (BEP 11, ut_pex); never for a private
     /// torrent (BEP 27).
     pub pex: bool,
+    /// The UDP port of the session's DHT node (BEP 5), when it runs one
+    /// and the torrent is not private: advertised in the handshake, sent
+    /// to peers that run one too (`port` message), and the ports they send
+    /// become [`Event::DhtNode`]. `None`: no DHT bit, `port` ignored.
+    pub dht_port: Option<u16>,
 }
 
 impl TorrentConfig {
@@ -153,6 +158,7 @@ impl TorrentConfig {
             max_requests: 4096,
             download: true,
             pex: true,
+            dht_port: None,
         }
     }
 }
@@ -197,6 +203,10 @@ pub enum Event {
     /// Peers a peer told us of (PEX), for the session's peer list (which
     /// applies the policy, bans and its own limits).
     PexPeers(Vec<SocketAddr>),
+    /// A peer's DHT node (its address with the port of its BEP 5 `port`
+    /// message), for the session's DHT to ping and keep if it answers. At
+    /// most one per connection.
+    DhtNode(SocketAddr),
     /// Something of the content the torrent does not handle itself (a
     /// secondary scheme's unit to check or its verdict), for the owner of
     /// the transfer.
@@ -326,7 +336,12 @@ impl Torrent {
 
     /// Our handshake.
     pub fn handshake(&self) -> Handshake {
-        Handshake::new(self.info_hash, self.cfg.peer_id)
+        let h = Handshake::new(self.info_hash, self.cfg.peer_id);
+        if self.cfg.dht_port.is_some() {
+            h.with_dht()
+        } else {
+            h
+        }
     }
 
     /// The torrent's info-hash.
@@ -520,6 +535,9 @@ impl Torrent {
                 now,
             );
         }
+        if let Some(port) = self.cfg.dht_port.filter(|_| theirs.supports_dht()) {
+            p.send(&Message::Port(port), now);
+        }
         let have_any = had.count() > 0;
         self.peers.insert(conn, p);
         // A free upload slot is given at once, before the peer even says it
@@ -636,7 +654,16 @@ impl Torrent {
         // sends one again mid-session. A bitfield is accepted whenever it
         // comes and merged with what the peer was known to have.
         match msg {
-            Message::KeepAlive | Message::Port(_) | Message::Suggest { .. } => {}
+            Message::KeepAlive | Message::Suggest { .. } => {}
+            Message::Port(port) => {
+                // One node per connection: a peer repeating `port` cannot
+                // make the DHT ping on its behalf.
+                if self.cfg.dht_port.is_some() && port != 0 && !p.told_dht_port {
+                    p.told_dht_port = true;
+                    let node = SocketAddr::new(p.addr.ip(), port);
+                    self.events.push_back(Event::DhtNode(node));
+                }
+            }
             Message::AllowedFast { .. } => {}
             Message::Choke => self.on_choke(conn),
             Message::Unchoke => {

@@ -55,6 +55,8 @@ pub(crate) struct Peer {
     pub(crate) client: Option<String>,
     /// The port it listens on, from its extension handshake (`p`).
     pub(crate) listen_port: Option<u16>,
+    /// It sent its DHT port (BEP 5 `port`); later ones are ignored.
+    pub(crate) told_dht_port: bool,
     /// Peer exchange with it (BEP 11), once both sides offered ut_pex:
     /// the state and the id it receives ut_pex messages on.
     pub(crate) pex: Option<(crate::pex::PexState, u8)>,
@@ -138,6 +140,7 @@ impl Peer {
             extended,
             client: None,
             listen_port: None,
+            told_dht_port: false,
             pex: None,
             am_choking: true,
             am_interested: false,

@@ -179,7 +179,8 @@ impl Swarm {
                 Event::PieceVerified(_)
                 | Event::CheckDone
                 | Event::Content(_)
-                | Event::PexPeers(_) => {}
+                | Event::PexPeers(_)
+                | Event::DhtNode(_) => {}
                 Event::Fatal(e) => panic!("fatal: {e}"),
             }
         }
@@ -558,3 +559,86 @@ fn a_dialling_leecher_says_interested_with_its_handshake_and_a_seed_unchokes_at_
 }
 
 mod hostile;
+
+/// Every message `t` queued for its connections, decoded.
+fn sent_messages(t: &mut Torrent, n: u32) -> Vec<Message> {
+    let mut sent = BytesMut::new();
+    while let Some(ev) = t.poll_event() {
+        if let Event::Send { data, .. } = ev {
+            data.iter().for_each(|d| sent.extend_from_slice(d));
+        }
+    }
+    let limits = Limits::new(n);
+    std::iter::from_fn(|| wire::decode(&mut sent, &limits).unwrap()).collect()
+}
+
+#[test]
+fn dht_ports_are_exchanged_with_peers_that_run_a_dht_and_taken_once_per_connection() {
+    let data = payload(4 * PIECE as usize);
+    let m = meta(&data);
+    let n = m.info.piece_count();
+    let now = Instant::now(); // test-epoch
+    let torrent = |id: u8, dht: Option<u16>| {
+        let mut c = TorrentConfig::new([id; 20]);
+        c.dht_port = dht;
+        Torrent::new(&m, c, &Bitfield::full(n), &Bitfield::new(n))
+    };
+    let with = torrent(1, Some(6881));
+    let without = torrent(2, None);
+    assert!(with.handshake().supports_dht());
+    assert!(!without.handshake().supports_dht());
+
+    // A node with a DHT tells a DHT peer its port, after the bitfield.
+    let mut a = torrent(3, Some(7000));
+    let peer = SocketAddr::from(([127, 0, 0, 9], 51413));
+    a.add_peer(1, peer, &with.handshake(), now);
+    let msgs = sent_messages(&mut a, n);
+    let at = msgs.iter().position(|m| *m == Message::Port(7000));
+    assert!(at.is_some(), "{msgs:?}");
+    assert!(
+        msgs[..at.unwrap()]
+            .iter()
+            .any(|m| matches!(m, Message::HaveAll | Message::Bitfield(_))),
+        "bitfield first: {msgs:?}"
+    );
+    // ...but not a peer without one.
+    a.add_peer(
+        2,
+        SocketAddr::from(([127, 0, 0, 10], 1)),
+        &without.handshake(),
+        now,
+    );
+    assert!(
+        !sent_messages(&mut a, n)
+            .iter()
+            .any(|m| matches!(m, Message::Port(_))),
+    );
+
+    // The peer's port becomes one DHT node at its address; repeats and
+    // port 0 are ignored.
+    a.handle_message(1, Message::Port(0), now);
+    a.handle_message(1, Message::Port(6881), now);
+    for p in 1..100 {
+        a.handle_message(1, Message::Port(p), now);
+    }
+    let nodes: Vec<_> = std::iter::from_fn(|| a.poll_event())
+        .filter_map(|e| match e {
+            Event::DhtNode(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nodes, [SocketAddr::from(([127, 0, 0, 9], 6881))]);
+
+    // Without a DHT of our own (or for a private torrent, where the
+    // session leaves `dht_port` unset), a peer's port is ignored and ours
+    // is never sent.
+    let mut b = torrent(4, None);
+    b.add_peer(1, peer, &with.handshake(), now);
+    assert!(
+        !sent_messages(&mut b, n)
+            .iter()
+            .any(|m| matches!(m, Message::Port(_))),
+    );
+    b.handle_message(1, Message::Port(6881), now);
+    assert!(!std::iter::from_fn(|| b.poll_event()).any(|e| matches!(e, Event::DhtNode(_))));
+}

@@ -26,7 +26,7 @@ impl Handshake {
 
     /// weir's handshake: advertises the fast extension (BEP 6,
     /// `reserved[7] & 0x04`) and the extension protocol (BEP 10,
-    /// `reserved[5] & 0x10`). DHT is not advertised.
+    /// `reserved[5] & 0x10`). DHT is advertised by [`Handshake::with_dht`].
     pub fn new(info_hash: [u8; 20], peer_id: [u8; 20]) -> Self {
         let mut reserved = [0u8; 8];
         reserved[5] |= 0x10;
@@ -36,6 +36,14 @@ impl Handshake {
             info_hash,
             peer_id,
         }
+    }
+
+    /// The same handshake advertising a DHT node (BEP 5,
+    /// `reserved[7] & 0x01`): a peer that also runs one then sends us its
+    /// DHT port in a `port` message, and we send it ours.
+    pub fn with_dht(mut self) -> Self {
+        self.reserved[7] |= 0x01;
+        self
     }
 
     /// Appends the 68 encoded bytes to `out`.
@@ -77,6 +85,11 @@ impl Handshake {
     /// Whether the sender supports the fast extension (BEP 6).
     pub fn supports_fast(&self) -> bool {
         self.reserved[7] & 0x04 != 0
+    }
+
+    /// Whether the sender runs a DHT node (BEP 5).
+    pub fn supports_dht(&self) -> bool {
+        self.reserved[7] & 0x01 != 0
     }
 
     /// Whether the sender supports the extension protocol (BEP 10).

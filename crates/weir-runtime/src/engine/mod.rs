@@ -436,6 +436,8 @@ impl Engine {
         };
         let utp_addr = utp.as_ref().and_then(|u| u.local_addr().ok());
         let dht_addr = dht.as_ref().map(dht::DhtGlue::local_addr);
+        // Torrents advertise the DHT node to their peers (BEP 5 `port`).
+        cfg.session.dht_port = dht_addr.map(|a| a.port());
         let routers = cfg
             .dht
             .as_ref()

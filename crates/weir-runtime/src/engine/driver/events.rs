@@ -108,6 +108,11 @@ impl Driver {
                     _ => tracing::debug!("range check for {transfer} before its storage opened"),
                 },
                 SessionEvent::Banned { ip, reason } => tracing::warn!("banning {ip}: {reason}"),
+                SessionEvent::DhtNode(node) => {
+                    if let Some(d) = &mut self.dht {
+                        d.add_nodes(&[node], &mut self.session);
+                    }
+                }
                 SessionEvent::Transfer { transfer, event } => {
                     self.on_transfer_event(transfer, event, now)
                 }

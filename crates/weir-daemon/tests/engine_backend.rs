@@ -43,7 +43,7 @@ fn config(state: &Path, downloads: &Path) -> BackendConfig {
         listen_ip: None,
         use_trackers: false,
         encryption: weir_bt::mse::Encryption::Prefer,
-        dht_enabled: false,
+        dht_port: None,
         lsd_enabled: false,
     }
 }

@@ -48,6 +48,10 @@ pub struct FetchOptions {
     pub timeout: Duration,
     /// Most peers dialled at once.
     pub max_dials: usize,
+    /// Our DHT node's UDP port, if we run one: the handshake advertises
+    /// it (BEP 5) and peers that advertise one get a `port` message, so a
+    /// peer we ask for metadata learns our node as a torrent's peer would.
+    pub dht_port: Option<u16>,
 }
 
 /// Why no metadata came.
@@ -360,7 +364,12 @@ async fn talk(
     let _ = s.set_nodelay(true);
     let (mut rd, mut wr) = s.into_split();
     let mut out = BytesMut::new();
-    Handshake::new(info_hash, opts.peer_id).encode(&mut out);
+    let ours = Handshake::new(info_hash, opts.peer_id);
+    match opts.dht_port {
+        Some(_) => ours.with_dht(),
+        None => ours,
+    }
+    .encode(&mut out);
     let mut ext = ExtHandshake {
         v: Some(concat!("weir ", env!("CARGO_PKG_VERSION")).into()),
         ..Default::default()
@@ -394,6 +403,11 @@ async fn talk(
     if !theirs.supports_extended() {
         return Err(bad("no extension protocol (BEP 10): cannot send metadata"));
     }
+    if let Some(port) = opts.dht_port.filter(|_| theirs.supports_dht()) {
+        out.clear();
+        wire::encode(&Message::Port(port), &mut out);
+        wr.write_all(&out).await?;
+    }
     if tx.send(Report::Up { conn, writer: wr }).await.is_err() {
         return Ok(());
     }
@@ -413,5 +427,91 @@ async fn talk(
         if rd.read_buf(&mut buf).await? == 0 {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    const IH: [u8; 20] = [0x5a; 20];
+
+    /// A peer that says it has a 1 MiB info dictionary and records what
+    /// the fetcher sends until its first metadata request: whether our
+    /// handshake had the DHT bit and the `port` messages before the request.
+    async fn peer_that_records(l: TcpListener, their_dht: bool) -> (bool, Vec<u16>) {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = BytesMut::new();
+        while buf.len() < Handshake::LEN {
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "closed early");
+        }
+        let ours = Handshake::decode(&buf.split_to(Handshake::LEN))
+            .unwrap()
+            .unwrap();
+        let mut out = BytesMut::new();
+        let h = Handshake::new(IH, [0x33; 20]);
+        if their_dht { h.with_dht() } else { h }.encode(&mut out);
+        let mut ext = ExtHandshake {
+            metadata_size: Some(1 << 20),
+            ..Default::default()
+        };
+        ext.m.insert(UT_METADATA.into(), 3);
+        wire::encode(
+            &Message::Extended {
+                id: 0,
+                payload: Bytes::from(ext.encode()),
+            },
+            &mut out,
+        );
+        s.write_all(&out).await.unwrap();
+        let (limits, mut ports) = (Limits::new(0), Vec::new());
+        loop {
+            while let Some(m) = wire::decode(&mut buf, &limits).unwrap() {
+                match m {
+                    Message::Port(p) => ports.push(p),
+                    // A metadata request (to our ut_metadata id).
+                    Message::Extended { id: 3, .. } => return (ours.supports_dht(), ports),
+                    _ => {}
+                }
+            }
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "closed early");
+        }
+    }
+
+    async fn fetch_from(their_dht: bool, dht_port: Option<u16>) -> (bool, Vec<u16>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let peer = tokio::spawn(peer_that_records(l, their_dht));
+        let m = Magnet::parse(&format!("magnet:?xt=urn:btih:{}", "5a".repeat(20))).unwrap();
+        let opts = FetchOptions {
+            policy: NetPolicy::loopback(),
+            peers: vec![addr],
+            peer_id: [0x44; 20],
+            port: 0,
+            local_ip: None,
+            use_trackers: false,
+            timeout: Duration::from_secs(20),
+            max_dials: 1,
+            dht_port,
+        };
+        let fetch = tokio::spawn(async move { fetch(&m, &opts).await });
+        let seen = tokio::time::timeout(Duration::from_secs(20), peer)
+            .await
+            .expect("the fetcher asked for metadata in time")
+            .unwrap();
+        fetch.abort();
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_fetch_with_a_dht_node_advertises_it_and_sends_its_port() {
+        assert_eq!(fetch_from(true, Some(4321)).await, (true, vec![4321]));
+    }
+
+    #[tokio::test]
+    async fn no_port_goes_to_a_peer_without_a_dht_or_from_a_fetch_without_one() {
+        assert_eq!(fetch_from(false, Some(4321)).await, (true, vec![]));
+        assert_eq!(fetch_from(true, None).await, (false, vec![]));
     }
 }

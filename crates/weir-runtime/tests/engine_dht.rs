@@ -143,6 +143,7 @@ async fn a_magnet_gets_its_metadata_from_a_peer_the_dht_found() {
         use_trackers: false,
         timeout: Duration::from_secs(15),
         max_dials: 8,
+        dht_port: getter.dht_addr.map(|a| a.port()),
     };
     let got = weir_runtime::magnet::fetch_with(&magnet, &opts, Some(from_dht))
         .await

@@ -103,6 +103,7 @@ impl EngineBackend {
                     use_trackers: me.0.cfg.use_trackers,
                     timeout: FETCH_TIMEOUT,
                     max_dials: 8,
+                    dht_port: me.0.cfg.dht_port,
                 };
                 // The DHT's peers for the info-hash as well (none without a DHT).
                 let from_dht = match magnet.info_hash {

@@ -68,7 +68,7 @@ impl Backend for EngineBackend {
             // What weir does not do stays off whatever was asked.
             st.settings.blocklist_enabled = false;
             st.settings.peer_port = self.0.cfg.peer_port;
-            st.settings.dht_enabled = self.0.cfg.dht_enabled;
+            st.settings.dht_enabled = self.0.cfg.dht_port.is_some();
             st.settings.lpd_enabled = self.0.cfg.lsd_enabled;
             (st.settings.speed_limit_down, st.settings.speed_limit_up)
         };

@@ -75,9 +75,10 @@ pub struct BackendConfig {
     pub listen_ip: Option<IpAddr>,
     /// Ask a magnet's trackers for peers to fetch its metadata from.
     pub use_trackers: bool,
-    /// The engine runs a DHT node (`dht-enabled` in session-get; fixed at
-    /// start: a session-set cannot change it).
-    pub dht_enabled: bool,
+    /// The UDP port of the engine's DHT node, if it runs one
+    /// (`dht-enabled` in session-get; fixed at start: a session-set cannot
+    /// change it). A magnet's metadata fetch advertises it (BEP 5).
+    pub dht_port: Option<u16>,
     /// The engine runs Local Service Discovery (`lpd-enabled` in
     /// session-get; `--lsd`, fixed at start like the DHT).
     pub lsd_enabled: bool,
@@ -313,7 +314,7 @@ impl EngineBackend {
         }
         inner.settings.blocklist_enabled = false;
         inner.settings.peer_port = cfg.peer_port;
-        inner.settings.dht_enabled = cfg.dht_enabled;
+        inner.settings.dht_enabled = cfg.dht_port.is_some();
         inner.settings.lpd_enabled = cfg.lsd_enabled;
         if let Some((kbps, enabled)) = state.caps.down {
             inner.settings.speed_limit_down = SpeedLimit { kbps, enabled };

@@ -239,7 +239,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 listen_ip: bt_addr.map(|a| a.ip()),
                 use_trackers: !args.no_trackers,
                 encryption: args.encryption,
-                dht_enabled: engine.dht_addr.is_some(),
+                dht_port: engine.dht_addr.map(|a| a.port()),
                 lsd_enabled: !engine.lsd_groups.is_empty(),
             },
             engine.handle(),

@@ -359,6 +359,7 @@ async fn magnet_torrent(
         use_trackers: !run.opts.no_trackers,
         timeout: Duration::from_secs(run.opts.peer_wait.max(10)),
         max_dials: 8,
+        dht_port: engine.dht_addr.map(|a| a.port()),
     };
     let got = weir_runtime::magnet::fetch_with(m, &opts, from_dht)
         .await

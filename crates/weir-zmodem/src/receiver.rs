@@ -329,8 +329,18 @@ impl Receiver {
                 self.fail(RecvError::Timeout(self.tries - 1, what))
             }
             State::Receiving => {
+                // A partial subpacket is in the buffer it was decoded into:
+                // the file's data only while accepting, else the scratch
+                // (a ZFILE's block, unwanted data). Removing its length from
+                // the file's buffer instead cut checked data that `pos`
+                // still counted, and the next flush panicked (fuzzing).
+                if self.accepting {
+                    self.dec.abandon(&mut self.buf);
+                } else {
+                    self.dec.abandon(&mut self.scratch);
+                    self.scratch.clear();
+                }
                 self.accepting = false;
-                self.dec.abandon(&mut self.buf);
                 self.request_retransmit(now, RetransmitReason::Timeout);
                 Ok(())
             }

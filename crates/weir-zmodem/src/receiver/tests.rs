@@ -170,6 +170,42 @@ fn bad_crc_asks_once_for_the_last_good_position() {
 }
 
 #[test]
+fn a_timeout_inside_an_unwanted_subpacket_keeps_the_checked_data() {
+    let t = Instant::now(); // test-epoch
+    let mut r = receiving(t);
+    // Checked data the receiver holds (below its flush size)...
+    let w = Wire::new().bin(Header::with_pos(frame::ZDATA, 0)).sub(
+        b"0123456789",
+        FrameEnd::Crcw,
+        CrcKind::Crc32,
+    );
+    r.handle_input(t, &w.v).unwrap();
+    // ...then a ZFILE header in the middle of the file and part of its
+    // block, which is not the file's data, and the line goes quiet.
+    let z = zfile(b"other", 5);
+    r.handle_input(t, &z[..z.len() - 4]).unwrap();
+    take(&mut r);
+    let d = r.poll_timeout().unwrap();
+    r.handle_timeout(d).unwrap();
+    // The sender comes back to our position and ends the file.
+    let w = Wire::new().bin(Header::with_pos(frame::ZEOF, 10));
+    r.handle_input(d, &w.v).unwrap();
+    let mut got = Vec::new();
+    while let Some(e) = r.poll_event() {
+        match e {
+            RecvEvent::Data { offset, data } => {
+                assert_eq!(offset as usize, got.len());
+                got.extend_from_slice(&data);
+            }
+            RecvEvent::FileDone { size } => assert_eq!(size, 10),
+            RecvEvent::Retransmit { .. } => {}
+            e => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(got, b"0123456789");
+}
+
+#[test]
 fn truncated_frame_times_out_into_zrpos() {
     let t = Instant::now(); // test-epoch
     let mut r = receiving(t);

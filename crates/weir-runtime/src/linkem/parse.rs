@@ -3,8 +3,6 @@
 //! (`OFF:LEN,...`). Single quantities are [`weir_core::units`]'; the lists
 //! are the emulator's own.
 
-use std::time::Duration;
-
 use weir_core::units;
 
 /// A malformed link-emulator argument; the message names the bad part.
@@ -14,16 +12,8 @@ fn err(what: &'static str, input: &str, why: &'static str) -> ParseError {
     ParseError::new(what, input, why)
 }
 
-/// A duration: a number with `s`, `ms`, `us` or `ns` (`0` alone is allowed).
-pub fn duration(s: &str) -> Result<Duration, ParseError> {
-    units::duration(s)
-}
-
-/// A size in bytes: a number with an optional unit `B`, `kB`/`KiB`,
-/// `MB`/`MiB`, `GB`/`GiB` (decimal and binary as written).
-pub fn size(s: &str) -> Result<u64, ParseError> {
-    units::size(s)
-}
+/// Durations (`75ms`) and sizes (`4MiB`) are the shared parsers as they are.
+pub use units::{duration, size};
 
 /// A rate in bytes per second: a size per second (`50MB/s`, `50MiB/s`,
 /// `50MB`), or bits per second (`400Mbit/s`, `400Mbps`); at least 1 byte/s
@@ -79,30 +69,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(duration("75ms").unwrap(), Duration::from_millis(75));
-        assert_eq!(duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(duration("0").unwrap(), Duration::ZERO);
-        for bad in ["75", "ms", "-1ms", "1h", "1e3ms", "2 weeks", "99999s"] {
-            assert!(duration(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn sizes_and_rates() {
-        assert_eq!(size("4MiB").unwrap(), 4 << 20);
-        assert_eq!(size("4MB").unwrap(), 4_000_000);
-        assert_eq!(size("123").unwrap(), 123);
-        assert_eq!(size("1.5KiB").unwrap(), 1536);
-        assert_eq!(rate("50MB/s").unwrap(), 50_000_000);
-        assert_eq!(rate("50MiB/s").unwrap(), 50 << 20);
+    fn rates_are_bounded_for_the_emulator() {
+        // The shared parser's own cases are in `weir_core::units`; here
+        // what the emulator adds: at least 1 byte/s.
         assert_eq!(rate("400Mbit/s").unwrap(), 50_000_000);
-        assert_eq!(rate("400Mbps").unwrap(), 50_000_000);
         assert_eq!(rate("1000").unwrap(), 1000);
-        for bad in ["", "x", "4XB", "-4MB", "1.2.3MB"] {
-            assert!(size(bad).is_err(), "{bad}");
-        }
         for bad in ["0", "0.1B/s", "5Tbit/s", "fast"] {
             assert!(rate(bad).is_err(), "{bad}");
         }

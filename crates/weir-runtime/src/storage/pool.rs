@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Instant;
 
-use tokio::sync::mpsc::UnboundedSender;
 use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
 
 use super::Shared;
@@ -40,7 +39,7 @@ pub(super) struct Ctx {
     pub(super) id: u64,
     pub(super) shared: Arc<Shared>,
     pub(super) digests: Arc<[Digest]>,
-    pub(super) events: UnboundedSender<StorageEvent>,
+    pub(super) events: super::Events,
     /// Bytes submitted for writing and not yet written.
     pub(super) backlog: AtomicU64,
     /// Where the writer appends its hints (none without a journal).
@@ -51,7 +50,7 @@ impl Ctx {
     /// Reports `ev` (a transfer whose receiver is gone is closing).
     fn emit(&self, ev: Option<StorageEvent>) {
         if let Some(ev) = ev {
-            let _ = self.events.send(ev);
+            (self.events.0)(ev);
         }
     }
 }

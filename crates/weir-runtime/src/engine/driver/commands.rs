@@ -180,9 +180,6 @@ impl Driver {
         }
         self.transfer_caps.remove(&id);
         let store = self.stores.remove(&id);
-        if let Some(f) = self.forwarders.remove(&id) {
-            f.abort();
-        }
         if let Some(a) = self.announcers.remove(&id) {
             tokio::spawn(a.stop());
         }

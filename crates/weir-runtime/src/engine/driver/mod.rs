@@ -128,7 +128,6 @@ struct Driver {
     /// Dials and handshakes in progress.
     pending: HashMap<ConnId, AbortHandle>,
     stores: HashMap<TransferId, Store>,
-    forwarders: HashMap<TransferId, JoinHandle<()>>,
     announcers: HashMap<TransferId, Announcer>,
     progress: watch::Sender<Snapshot>,
     started: Instant,
@@ -201,7 +200,6 @@ pub(super) fn spawn(
         conns: HashMap::new(),
         pending: HashMap::new(),
         stores: HashMap::new(),
-        forwarders: HashMap::new(),
         announcers: HashMap::new(),
         progress,
         started: Instant::now(),
@@ -446,9 +444,6 @@ impl Driver {
             }
         })
         .await;
-        for (_, f) in self.forwarders.drain() {
-            f.abort();
-        }
         if let Some(d) = self.dht.take() {
             d.close().await;
         }

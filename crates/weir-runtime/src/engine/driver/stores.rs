@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
 use weir_session::{AddEd2k, AddTorrent, TransferId};
 
 use crate::engine::EngineError;
@@ -166,21 +165,10 @@ impl Driver {
             tracing::debug!("{id}: storage opened twice or unknown");
             return;
         };
-        let (etx, mut erx) = mpsc::unbounded_channel();
-        match opened.start(digests, resumed, etx) {
+        let events = crate::storage::Events::tagged(self.storage_tx.clone(), id);
+        match opened.start(digests, resumed, events) {
             Ok(d) => {
                 self.stores.insert(id, Store::Running(d));
-                let fwd = self.storage_tx.clone();
-                self.forwarders.insert(
-                    id,
-                    tokio::spawn(async move {
-                        while let Some(ev) = erx.recv().await {
-                            if fwd.send((id, ev)).is_err() {
-                                return;
-                            }
-                        }
-                    }),
-                );
             }
             Err(e) => self.fatal = Some(EngineError::Storage(e)),
         }

@@ -153,6 +153,7 @@ impl Backend for EngineBackend {
         let list = {
             let mut st = self.lock();
             let ids = st.selected(&query.select, Some(&by_eid));
+            let positions = st.queue_positions();
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
                 let Some(e) = st.entries.get_mut(&id) else {
@@ -177,7 +178,7 @@ impl Backend for EngineBackend {
                     Absent::Stopped
                 };
                 let mut v = view::fill(e, info, absent, pieces.get(&id), query.detail, now);
-                v.queue_position = st.queue_position(id);
+                v.queue_position = positions.get(&id).copied().unwrap_or(0);
                 if let Some(p) = peers.get(&id) {
                     v.peers = p.iter().map(view::peer).collect();
                 }

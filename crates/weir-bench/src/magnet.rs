@@ -377,6 +377,8 @@ fn fetch_lt(
             Err(_) => break Err(anyhow::anyhow!("no FINISHED within {:?}", o.timeout)),
         }
     };
+    // The file is compared below: only once libtorrent wrote all of it.
+    let got = got.and_then(|()| dht::flushed(&rx, Instant::now() + Duration::from_secs(20)));
     proc.kill_tree_with_grace(Duration::from_secs(3))?;
     if let Err(e) = got {
         let log = weir_lab::process::tail_file(&work.join(format!("{name}.stderr")), 12);

@@ -160,8 +160,9 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
     announced(&node_out, &hash, "127.0.0.3", 6881)
         .map_err(|e| anyhow::anyhow!("{e:#}; {}", weir.log_tail(20)))?;
     let link = magnet(&hash);
-    // The script never exits by itself: a leecher gone before FINISHED is
-    // python3-libtorrent crashing (seen once in CI, stdout closed 1 s in).
+    // The script exits by itself only after FINISHED and FLUSHED: a leecher
+    // gone before FINISHED is python3-libtorrent crashing (seen once in CI,
+    // stdout closed 1 s in).
     // That gets one more try, said on stderr; weir not serving it (the
     // leecher alive at the deadline) fails at once.
     let mut attempt = 0;
@@ -195,6 +196,7 @@ fn libtorrent_finds_a_weir_seeder_through_the_dht() -> anyhow::Result<()> {
         match got {
             Ok(_) => {
                 let m = meta_secs.context("FINISHED without METADATA")?;
+                dht::flushed(&leech_out, Instant::now() + Duration::from_secs(20))?;
                 break (leech_dir, started, m);
             }
             Err(e) => {

@@ -67,7 +67,8 @@ pub enum Role<'a> {
 /// stderr log go to `work`); returns once it printed READY (at most 20 s),
 /// with the receiver of the lines it prints after: `ANNOUNCE hash ip
 /// port` (a node stored an announce), `METADATA`, `FIRST` (first piece
-/// verified), `FINISHED`, each as it happens.
+/// verified), `FINISHED`, each as it happens; a leecher then `FLUSHED`
+/// (see [`flushed`]) and exits.
 pub fn start(
     ns: &Netns,
     work: &Path,
@@ -125,6 +126,15 @@ pub fn start(
         anyhow::anyhow!("{e:#}; {}", log)
     })?;
     Ok((p, rx))
+}
+
+/// Waits (until `deadline`) for a leecher's `FLUSHED`, printed after
+/// `FINISHED` once its session is torn down and its disk threads have
+/// written every block: libtorrent 2.0 may call a torrent finished while
+/// verified blocks are still in its store buffer, so its file is compared
+/// only after this.
+pub fn flushed(rx: &Receiver<String>, deadline: Instant) -> anyhow::Result<()> {
+    wait_line(rx, deadline, "libtorrent's FLUSHED", |l| l == "FLUSHED").map(drop)
 }
 
 /// Waits (at most `timeout`) until the node whose lines are `node` stored

@@ -14,7 +14,11 @@ NAT-PMP, uTP, the IP notifier and the public DHT routers are off;
 dht_restrict_routing_ips / dht_restrict_search_ips are off so 127.0.0.x
 nodes count. Prints, each as it happens: READY (session up, torrent added),
 ANNOUNCE hash ip port (an announce the node stored), METADATA, FIRST (first
-piece verified), FINISHED.
+piece verified), FINISHED. A leecher then tears its session down and prints
+FLUSHED before it exits 0: libtorrent 2.0 posts torrent_finished once every
+piece's hash passed, which it may compute from blocks still in its store
+buffer, so the file on disk is whole only after the disk threads are done
+(seen in CI: a file read at FINISHED differed at byte 180224).
 """
 import sys
 import time
@@ -51,6 +55,7 @@ if mode in ('seed', 'leech'):
 print('READY', flush=True)
 first = False
 last = 0.0
+finished = False
 while True:
     ses.wait_for_alert(5)
     for a in ses.pop_alerts():
@@ -63,6 +68,14 @@ while True:
             print('FIRST', flush=True)
         elif isinstance(a, lt.torrent_finished_alert):
             print('FINISHED', flush=True)
+            finished = mode == 'leech'
+    if finished:
+        break
     if force and time.time() - last > 1:
         handle.force_dht_announce()
         last = time.time()
+# Only a leecher gets here. The session's destructor aborts it and joins
+# its disk threads, which finish every queued write first.
+del handle
+del ses
+print('FLUSHED', flush=True)

@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -380,17 +380,43 @@ impl Amule {
         if let Err(e) = ns.wait_port(ec, Duration::from_secs(60)) {
             return Err(proc.failure(&format!("amuled EC port: {e:#}")));
         }
-        let a = Amule {
+        let mut a = Amule {
             dir,
             cfg,
             ns_name: ns.name().to_string(),
             proc,
         };
+        a.wait_ec(Instant::now() + Duration::from_secs(60))?;
         // amuled empties shareddir.dat on a fresh config dir's first start.
         // Reload only then: a reload while amuled hashes its shares drops
         // the file being hashed from the shared list.
         a.ensure_shared(false)?;
         Ok(a)
+    }
+
+    /// Waits until amulecmd gets an answer: amuled accepts on its EC port
+    /// before it answers there (seen in CI: `EC connection failed. Empty
+    /// reply` just after the port opened). amuled prints no readiness
+    /// line, so this asks `status` again, backing off from 50 ms to 1 s,
+    /// until `deadline` or amuled's exit.
+    fn wait_ec(&mut self, deadline: Instant) -> anyhow::Result<()> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let err = match self.status() {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.proc.try_wait()?.is_some() {
+                return Err(self.proc.failure(&format!("amuled exited: {err:#}")));
+            }
+            if Instant::now() + pause > deadline {
+                return Err(self
+                    .proc
+                    .failure(&format!("amuled never answered EC: {err:#}")));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// Writes `shareddir.dat` again and reloads the shares if amuled

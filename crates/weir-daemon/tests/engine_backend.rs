@@ -61,6 +61,31 @@ async fn all(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
     .transfers
 }
 
+/// The list views (no costly parts, as transmission-remote -l asks), each
+/// checked against a full view read just before (files left out): the
+/// backend reuses an idle transfer's list view, and this is where a reused
+/// view that missed a change would show. Call it where nothing moves.
+async fn list(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
+    let full = all(b).await;
+    let q = TransferQuery {
+        select: Selection::All,
+        detail: Detail::default(),
+    };
+    let listed = b.transfers(q.clone()).await.expect("torrent-get").transfers;
+    assert_eq!(full.len(), listed.len());
+    for (f, l) in full.iter().zip(&listed) {
+        let mut f = (**f).clone();
+        f.files = Vec::new();
+        assert_eq!(format!("{f:?}"), format!("{l:?}"), "a list view differs");
+    }
+    // Read again with nothing changed: the same views, not new ones.
+    let again = b.transfers(q).await.expect("torrent-get").transfers;
+    for (a, l) in again.iter().zip(&listed) {
+        assert!(std::sync::Arc::ptr_eq(a, l), "an idle view was built again");
+    }
+    listed
+}
+
 /// Reads the transfers until `done` (every 20 ms, at most 30 s).
 async fn wait(
     b: &EngineBackend,
@@ -237,7 +262,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
         },
     )
     .await?;
-    let v = &all(&b).await[0];
+    let v = &list(&b).await[0];
     assert_eq!(
         v.download_limit,
         SpeedLimit {
@@ -263,7 +288,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
         Err(BackendError::Unsupported(m)) => assert!(m.contains("files-unwanted"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(all(&b).await[0].download_limit.kbps, 40);
+    assert_eq!(list(&b).await[0].download_limit.kbps, 40);
     // A ratio goal of 0 is met by a complete torrent: it stops, finished.
     b.change(
         one_sel(),
@@ -279,18 +304,19 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     })
     .await;
     assert_eq!(t[0].seed_ratio_mode, LimitMode::Single);
+    assert!(list(&b).await[0].is_finished);
     assert_eq!(t[1].state, TransferState::Seeding, "the other goes on");
 
     // Queue moves.
     let pos = |t: &[std::sync::Arc<TransferView>]| -> Vec<u32> {
         t.iter().map(|v| v.queue_position).collect()
     };
-    assert_eq!(pos(&all(&b).await), vec![0, 1, 2]);
+    assert_eq!(pos(&list(&b).await), vec![0, 1, 2]);
     b.act(Selection::Refs(vec![TransferRef::Id(3)]), Action::QueueTop)
         .await?;
-    assert_eq!(pos(&all(&b).await), vec![1, 2, 0]);
+    assert_eq!(pos(&list(&b).await), vec![1, 2, 0]);
     b.act(one_sel(), Action::QueueDown).await?;
-    assert_eq!(pos(&all(&b).await), vec![2, 1, 0]);
+    assert_eq!(pos(&list(&b).await), vec![2, 1, 0]);
     b.act(
         Selection::Refs(vec![TransferRef::Id(3)]),
         Action::QueueBottom,
@@ -298,7 +324,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     .await?;
     b.act(Selection::Refs(vec![TransferRef::Id(2)]), Action::QueueUp)
         .await?;
-    assert_eq!(pos(&all(&b).await), vec![1, 0, 2]);
+    assert_eq!(pos(&list(&b).await), vec![1, 0, 2]);
     b.act(Selection::All, Action::Reannounce).await?;
 
     // Moved with its data: the folder leaves, the torrent seeds from there.
@@ -316,6 +342,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     })
     .await;
     assert_eq!(&*t[1].download_dir, moved.to_str().unwrap());
+    assert_eq!(&*list(&b).await[1].download_dir, moved.to_str().unwrap());
 
     // Session settings persist.
     let elsewhere = dir.subdir("elsewhere")?;
@@ -339,6 +366,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     })
     .await;
     assert_eq!(pos(&back), vec![1, 0, 2]);
+    assert_eq!(pos(&list(&b).await), vec![1, 0, 2]);
     assert!(back[0].is_finished && back[0].state == TransferState::Stopped);
     assert_eq!(
         back[0].download_limit,

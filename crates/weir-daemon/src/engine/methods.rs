@@ -177,8 +177,22 @@ impl Backend for EngineBackend {
                 } else {
                     Absent::Stopped
                 };
+                let position = positions.get(&id).copied().unwrap_or(0);
+                if query.detail == Detail::default() {
+                    let key = view::ViewKey::of(e, info, &absent, position, now);
+                    if let Some(v) = view::CachedView::get(&e.list_view, e, &key) {
+                        out.push(v);
+                        continue;
+                    }
+                    let mut v = view::fill(e, info, absent, None, query.detail, now);
+                    v.queue_position = position;
+                    let v = Arc::new(v);
+                    e.list_view = Some(view::CachedView::new(e.base.clone(), key, v.clone()));
+                    out.push(v);
+                    continue;
+                }
                 let mut v = view::fill(e, info, absent, pieces.get(&id), query.detail, now);
-                v.queue_position = positions.get(&id).copied().unwrap_or(0);
+                v.queue_position = position;
                 if let Some(p) = peers.get(&id) {
                     v.peers = p.iter().map(view::peer).collect();
                 }

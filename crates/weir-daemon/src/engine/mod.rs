@@ -158,6 +158,9 @@ pub(crate) struct Entry {
     earlier: (u64, u64),
     /// Payload bytes of this run, as last read from the engine.
     run: (u64, u64),
+    /// The last list view (`torrent-get` without files, peers, trackers
+    /// or pieces), reused while nothing it shows changed.
+    list_view: Option<view::CachedView>,
 }
 
 impl Entry {
@@ -698,6 +701,7 @@ fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: 
         edited: now,
         earlier: (record.downloaded, record.uploaded),
         run: (0, 0),
+        list_view: None,
         base: Arc::new(view),
         files: parsed.files,
         trackers: parsed.trackers,

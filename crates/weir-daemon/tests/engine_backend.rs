@@ -242,7 +242,7 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
     let snap = e.handle().snapshot().await;
     let c = snap
         .iter()
-        .find(|i| i.name == "c.bin")
+        .find(|i| &*i.name == "c.bin")
         .expect("in the engine");
     assert_eq!(c.phase, weir_session::Phase::Paused);
     assert_eq!(c.downloaded, (0, 0));

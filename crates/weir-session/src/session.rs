@@ -254,7 +254,7 @@ impl Session {
         self.transfers.insert(
             id,
             Box::new(Transfer {
-                name: meta.info.name.clone(),
+                name: meta.info.name.as_str().into(),
                 size: meta.info.total_length(),
                 bt: Some(BtSide {
                     torrent,
@@ -333,7 +333,7 @@ impl Session {
         self.transfers.insert(
             id,
             Box::new(Transfer {
-                name: spec.link.name.clone(),
+                name: spec.link.name.as_str().into(),
                 size: spec.link.size,
                 bt: None,
                 ed2k: Some(Ed2kSide {
@@ -390,7 +390,7 @@ impl Session {
         self.transfers.insert(
             id,
             Box::new(Transfer {
-                name,
+                name: name.into(),
                 size: hashes.size,
                 bt: None,
                 ed2k: Some(Ed2kSide {
@@ -553,6 +553,18 @@ impl Session {
     /// What displays read of a transfer at `now`.
     pub fn info(&self, id: TransferId, now: Instant) -> Option<TransferInfo> {
         let t = self.transfers.get(&id)?;
+        Some(self.info_of(id, t, now))
+    }
+
+    /// Every transfer's [`TransferInfo`] at `now`, in id order (one walk of
+    /// the map, not a lookup per transfer).
+    pub fn infos(&self, now: Instant) -> impl Iterator<Item = TransferInfo> + '_ {
+        self.transfers
+            .iter()
+            .map(move |(id, t)| self.info_of(*id, t, now))
+    }
+
+    fn info_of(&self, id: TransferId, t: &Transfer, now: Instant) -> TransferInfo {
         let mut info = TransferInfo {
             id,
             name: t.name.clone(),
@@ -606,7 +618,7 @@ impl Session {
             info.protocol_errors += s.protocol_errors;
             info.banned += s.banned;
         }
-        Some(info)
+        info
     }
 
     /// The BitTorrent peers of a transfer at `now`, each with whether it

@@ -57,7 +57,7 @@ pub(crate) struct Ed2kSide {
 /// One transfer.
 #[derive(Debug)]
 pub(crate) struct Transfer {
-    pub(crate) name: String,
+    pub(crate) name: std::sync::Arc<str>,
     pub(crate) size: u64,
     pub(crate) bt: Option<BtSide>,
     pub(crate) ed2k: Option<Ed2kSide>,
@@ -100,7 +100,7 @@ pub struct TransferInfo {
     /// Its id.
     pub id: TransferId,
     /// Its name (torrent name, or eD2k file name).
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// Bytes in it.
     pub size: u64,
     /// Where it is.

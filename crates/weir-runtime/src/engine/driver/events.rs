@@ -138,7 +138,7 @@ impl Driver {
                 let name = self
                     .session
                     .info(id, now)
-                    .map_or_else(|| id.to_string(), |i| i.name);
+                    .map_or_else(|| id.to_string(), |i| i.name.to_string());
                 tracing::error!("{name}: {error}");
                 if !self.cfg.keep_running {
                     self.fatal = Some(EngineError::Transfer { name, error });
@@ -168,7 +168,7 @@ impl Driver {
     pub(super) fn transfer_name(&self, id: TransferId, now: Instant) -> String {
         self.session
             .info(id, now)
-            .map_or_else(|| id.to_string(), |i| i.name)
+            .map_or_else(|| id.to_string(), |i| i.name.to_string())
     }
 
     pub(super) fn start_trackers(&mut self, id: TransferId) {

@@ -42,8 +42,7 @@ impl Driver {
     /// Every transfer now, with what only the storage knows.
     pub(super) fn infos(&self, now: Instant) -> Vec<TransferInfo> {
         self.session
-            .transfer_ids()
-            .filter_map(|id| self.session.info(id, now))
+            .infos(now)
             .map(|mut t| {
                 if let Some(Store::Running(d)) = self.stores.get(&t.id) {
                     t.disk_full = d.disk_full();

@@ -422,3 +422,52 @@ async fn encryption_reaches_the_engine_and_persists() -> anyhow::Result<()> {
     stop(e).await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ed2k_magnet_is_added_as_its_ed2k_link() -> anyhow::Result<()> {
+    let (_dir, state, downloads) = tmp("engine-backend-ed2k-magnet")?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    let magnet = "magnet:?xt=urn:ed2k:D3B6B09D73D3FE0DD41DDE5ED244215A&xl=5000000&dn=m%20m.bin";
+    let mut add = AddRequest::new(AddSource::Magnet(magnet.into()));
+    add.paused = Some(true);
+    b.add(add).await?;
+    let t = list(&b).await;
+    assert_eq!(t.len(), 1);
+    assert_eq!(&*t[0].name, "m m.bin");
+    assert_eq!(t[0].total_size, 5_000_000);
+    assert_eq!(
+        t[0].hash,
+        TransferHash::Ed2k([
+            0xD3, 0xB6, 0xB0, 0x9D, 0x73, 0xD3, 0xFE, 0x0D, 0xD4, 0x1D, 0xDE, 0x5E, 0xD2, 0x44,
+            0x21, 0x5A
+        ])
+    );
+    // The same file as its ed2k link is a duplicate of it.
+    let again = b
+        .add(AddRequest::new(AddSource::Ed2k(
+            "ed2k://|file|m m.bin|5000000|D3B6B09D73D3FE0DD41DDE5ED244215A|/".into(),
+        )))
+        .await?;
+    assert!(matches!(again, AddOutcome::Duplicate(_)), "{again:?}");
+    // Without its size, or with a name that is a path, it is refused
+    // naming what is wrong.
+    for (bad, says) in [
+        (
+            "magnet:?xt=urn:ed2k:D3B6B09D73D3FE0DD41DDE5ED244215A",
+            "xl=",
+        ),
+        (
+            "magnet:?xt=urn:ed2k:D3B6B09D73D3FE0DD41DDE5ED244215A&xl=5&dn=..%2Fx",
+            "unsafe file name",
+        ),
+    ] {
+        match b.add(AddRequest::new(AddSource::Magnet(bad.into()))).await {
+            Err(BackendError::InvalidTorrent(m)) => assert!(m.contains(says), "{bad}: {m}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert_eq!(list(&b).await.len(), 1);
+    stop(e).await;
+    Ok(())
+}

@@ -195,7 +195,41 @@ fn parse_source(entry: &str) -> Result<LinkSource, LinkError> {
     })
 }
 
+/// A link's file name: not empty, one safe path component here and on Unix.
+fn check_name(name: &str) -> Result<(), LinkError> {
+    if name.is_empty() {
+        return Err(LinkError::EmptyName);
+    }
+    safepath::component(name, Platform::current()).map_err(LinkError::UnsafeName)?;
+    // On every platform the name must be a single Unix component too.
+    safepath::component(name, Platform::Unix).map_err(LinkError::UnsafeName)?;
+    Ok(())
+}
+
+fn check_size(size: u64) -> Result<(), LinkError> {
+    if size == 0 || size > MAX_FILE_SIZE {
+        return Err(LinkError::SizeOutOfRange(size));
+    }
+    Ok(())
+}
+
 impl FileLink {
+    /// The link of a file named elsewhere (an eD2k magnet's `dn`, `xl` and
+    /// `xt=urn:ed2k:`), with no hashset and no source: its name and size
+    /// checked as [`FileLink::parse`] checks a link's.
+    pub fn new(name: String, size: u64, hash: Md4Hash) -> Result<Self, LinkError> {
+        check_name(&name)?;
+        check_size(size)?;
+        Ok(FileLink {
+            name,
+            size,
+            hash,
+            aich: None,
+            part_hashes: None,
+            sources: Vec::new(),
+        })
+    }
+
     /// Parses a link; see the module docs for the rules.
     pub fn parse(link: &str) -> Result<Self, LinkError> {
         let link = link.trim();
@@ -213,12 +247,7 @@ impl FileLink {
         let raw_hash = tok.next().ok_or(LinkError::Missing("hash"))?.trim();
 
         let name = percent_decode(raw_name.trim());
-        if name.is_empty() {
-            return Err(LinkError::EmptyName);
-        }
-        safepath::component(&name, Platform::current()).map_err(LinkError::UnsafeName)?;
-        // On every platform the name must be a single Unix component too.
-        safepath::component(&name, Platform::Unix).map_err(LinkError::UnsafeName)?;
+        check_name(&name)?;
 
         if raw_size.is_empty() || !raw_size.bytes().all(|c| c.is_ascii_digit()) {
             return Err(LinkError::BadSize(raw_size.to_string()));
@@ -226,9 +255,7 @@ impl FileLink {
         let size: u64 = raw_size
             .parse()
             .map_err(|_| LinkError::BadSize(raw_size.to_string()))?;
-        if size == 0 || size > MAX_FILE_SIZE {
-            return Err(LinkError::SizeOutOfRange(size));
-        }
+        check_size(size)?;
         let hash = Md4Hash::from_hex(raw_hash).map_err(LinkError::BadHash)?;
 
         let mut out = FileLink {

@@ -28,6 +28,7 @@ use weir_bt::metadata::{
 use weir_bt::tracker::AnnounceRequest;
 use weir_bt::wire::{self, ExtHandshake, Handshake, Limits, Message, UT_METADATA};
 use weir_core::policy::NetPolicy;
+use weir_ed2k::link::FileLink;
 
 /// How to fetch.
 #[derive(Clone, Debug)]
@@ -81,6 +82,22 @@ pub enum FetchFailure {
     /// usable torrent.
     #[error(transparent)]
     Invalid(#[from] metadata::FetchError),
+}
+
+/// The ed2k link an eD2k magnet (`xt=urn:ed2k:` with `xl`, as eMule and
+/// aMule write them, no BitTorrent info-hash) stands for: its name (`dn`,
+/// or the hash when missing) and size checked as a link's are
+/// ([`FileLink::new`]). The error names what is missing or wrong.
+pub fn ed2k_link(m: &Magnet) -> Result<FileLink, String> {
+    let hash = m
+        .ed2k
+        .ok_or("no info-hash: neither xt=urn:btih: nor xt=urn:ed2k:; weir cannot fetch it")?;
+    let f = m
+        .ed2k_file()
+        .ok_or("an eD2k magnet (xt=urn:ed2k:) needs the file's size (xl=)")?;
+    let hash = weir_ed2k::Md4Hash(hash);
+    let name = f.name.unwrap_or_else(|| hash.to_hex());
+    FileLink::new(name, f.size, hash).map_err(|e| format!("dn/xl: {e}"))
 }
 
 /// Peers remembered (and dialled at most once each) in one fetch.
@@ -434,6 +451,35 @@ async fn talk(
 mod tests {
     use super::*;
     use tokio::net::TcpListener;
+
+    const ED2K: &str = "D3B6B09D73D3FE0DD41DDE5ED244215A";
+
+    fn link(uri: &str) -> Result<weir_ed2k::link::FileLink, String> {
+        ed2k_link(&weir_bt::magnet::Magnet::parse(uri).expect("a valid magnet"))
+    }
+
+    #[test]
+    fn an_ed2k_magnet_is_its_ed2k_link() {
+        let l = link(&format!(
+            "magnet:?xt=urn:ed2k:{ED2K}&xl=5&dn=my%20file%7C.bin"
+        ))
+        .unwrap();
+        assert_eq!((l.name.as_str(), l.size), ("my file|.bin", 5));
+        assert_eq!(l.hash.to_hex().to_ascii_uppercase(), ED2K);
+        // No dn: the hash names it.
+        let l = link(&format!("magnet:?xt=urn:ed2k:{ED2K}&xl=9")).unwrap();
+        assert_eq!(l.name.to_ascii_uppercase(), ED2K);
+    }
+
+    #[test]
+    fn an_ed2k_magnet_without_a_size_or_with_an_unsafe_name_is_refused_naming_it() {
+        let e = link(&format!("magnet:?xt=urn:ed2k:{ED2K}")).unwrap_err();
+        assert!(e.contains("xl="), "{e}");
+        for dn in ["a%2Fb", "..", "a%5Cb"] {
+            let e = link(&format!("magnet:?xt=urn:ed2k:{ED2K}&xl=5&dn={dn}")).unwrap_err();
+            assert!(e.contains("unsafe file name"), "{dn}: {e}");
+        }
+    }
 
     const IH: [u8; 20] = [0x5a; 20];
 

@@ -702,6 +702,31 @@ fn weir_gets_from_amuled() -> anyhow::Result<()> {
         std::fs::read(out.join("mixed.bin"))? == data,
         "downloaded file differs"
     );
+
+    // The same file from its eD2k magnet (as eMule and aMule write them),
+    // amuled given as --peer: the magnet stands for the ed2k link.
+    let magnet = format!("magnet:?xt=urn:ed2k:{hex}&xl={size}&dn=mixed.bin");
+    let out = dir.path().join("out-magnet");
+    let mut cmd = weir_cmd(Some(&ns), &dir.path().join("home"), "127.0.0.0/8");
+    cmd.args(["get", &magnet, "-o"])
+        .arg(&out)
+        .args(["--listen", "127.0.0.1:4672", "--peer", "127.0.0.1:4662"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let mut get = Proc::spawn("weir get magnet", &mut cmd)?;
+    let Some((status, _)) = get.wait_timeout(Duration::from_secs(150))? else {
+        get.kill_tree()?;
+        bail!(
+            "weir get (eD2k magnet) did not finish in 150 s:\n{}",
+            amule.log_tail(30)
+        );
+    };
+    assert!(status.success(), "weir get (eD2k magnet): {status}");
+    assert!(
+        std::fs::read(out.join("mixed.bin"))? == data,
+        "file from the eD2k magnet differs"
+    );
     amule.stop()?;
     Ok(())
 }

@@ -27,6 +27,18 @@ const FIRST_RETRY: Duration = Duration::from_secs(2);
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
 /// Parses a magnet link into what is listed before its metadata comes.
+/// The ed2k link of an eD2k magnet (`xt=urn:ed2k:` and `xl`, no
+/// BitTorrent info-hash); `None` for any other magnet (a malformed one
+/// gets its error from [`parse`]).
+pub(super) fn ed2k_only(link: &str) -> Result<Option<weir_ed2k::link::FileLink>, BackendError> {
+    match Magnet::parse(link) {
+        Ok(m) if m.info_hash.is_none() && m.ed2k.is_some() => weir_runtime::magnet::ed2k_link(&m)
+            .map(Some)
+            .map_err(|e| BackendError::InvalidTorrent(format!("bad magnet link: {e}"))),
+        _ => Ok(None),
+    }
+}
+
 pub(super) fn parse(link: &str) -> Result<(Magnet, Parsed), BackendError> {
     let m = Magnet::parse(link)
         .map_err(|e| BackendError::InvalidTorrent(format!("bad magnet link: {e}")))?;

@@ -254,10 +254,17 @@ impl Backend for EngineBackend {
                 let p = of_metainfo(&m);
                 (Content::Torrent(Arc::new(m)), p, Some(data.to_vec()))
             }
-            AddSource::Magnet(link) => {
-                let (m, p) = magnet::parse(link)?;
-                (Content::Magnet(Arc::new(m)), p, None)
-            }
+            AddSource::Magnet(link) => match magnet::ed2k_only(link)? {
+                // An eD2k magnet is the ed2k link it stands for.
+                Some(l) => {
+                    let p = of_link(&l);
+                    (Content::Ed2k(l), p, None)
+                }
+                None => {
+                    let (m, p) = magnet::parse(link)?;
+                    (Content::Magnet(Arc::new(m)), p, None)
+                }
+            },
             AddSource::Ed2k(link) => {
                 let l = parse_ed2k(link)?;
                 let p = of_link(&l);

@@ -101,7 +101,9 @@ pub(crate) struct Args {
     /// .torrent files, magnet links and `ed2k://|file|...|/` links, in any
     /// mix (a magnet's metadata is fetched from its peers first): several
     /// run in one session (one port per protocol, shared caps), and a link
-    /// naming a torrent's file fetches that file from both networks.
+    /// naming a torrent's file fetches that file from both networks, as
+    /// does a magnet with `xt=urn:ed2k:` and `xl` beside its info-hash. An
+    /// eD2k magnet (`xt=urn:ed2k:`, `xl`, `dn`) is its ed2k link.
     #[arg(required = true, num_args = 1..)]
     sources: Vec<String>,
     /// Download directory.
@@ -169,9 +171,18 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             let m =
                 weir_bt::magnet::Magnet::parse(s).map_err(|e| bad_input(format!("{s}: {e}")))?;
             if m.info_hash.is_none() {
-                return Err(bad_input(format!(
-                    "{s}: no BitTorrent info-hash (xt=urn:btih:); weir cannot fetch it"
-                )));
+                // An eD2k magnet (`xt=urn:ed2k:` with `xl`, as eMule and
+                // aMule write them) is the ed2k link it stands for.
+                links.push(
+                    weir_runtime::magnet::ed2k_link(&m)
+                        .map_err(|e| bad_input(format!("{s}: {e}")))?,
+                );
+                continue;
+            }
+            if m.select.is_some() {
+                tracing::warn!(
+                    "{s}: weir does not select files yet (so=): every file of the torrent is fetched"
+                );
             }
             magnets.push(m);
         } else if is_ed2k_link(s) {

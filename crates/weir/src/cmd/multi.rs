@@ -112,7 +112,9 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         } else {
             ports.next()
         };
-        cfg.ed2k_listen = if sources.links.is_empty() && sources.shares.is_empty() {
+        let ed2k_magnets = sources.magnets.iter().any(|m| m.ed2k.is_some());
+        cfg.ed2k_listen = if sources.links.is_empty() && sources.shares.is_empty() && !ed2k_magnets
+        {
             None
         } else {
             ports.next()
@@ -163,8 +165,14 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         };
         let mut torrents = sources.torrents.clone();
         let mut torrent_peers: Vec<Vec<std::net::SocketAddr>> = vec![peers.clone(); torrents.len()];
+        let mut links = sources.links.clone();
         for m in &sources.magnets {
             let (meta, extra) = magnet_torrent(ctx, m, &run, &peers, &engine).await?;
+            // `xt=urn:ed2k:` beside the info-hash: the same file on eD2k,
+            // fetched from both networks once its torrent is known.
+            if let Some(link) = magnet_ed2k_side(m, &meta) {
+                links.push(link);
+            }
             torrents.push(meta);
             torrent_peers.push(extra);
         }
@@ -220,7 +228,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         } else {
             Vec::new()
         };
-        for link in &sources.links {
+        for link in &links {
             let id = engine
                 .add_ed2k(Ed2kSource {
                     link: link.clone(),
@@ -384,6 +392,36 @@ async fn magnet_torrent(
     Ok((Arc::new(got.metainfo), dial))
 }
 
+/// The eD2k side of a magnet that names its file on both networks
+/// (`xt=urn:ed2k:` and `xl` beside `xt=urn:btih:`): a link to the torrent's
+/// file of that size, named as the torrent names it, so that it joins the
+/// torrent's transfer (`Session::ed2k_joins`) rather than becoming a
+/// second download of the same file. `None`, said in the log, when the
+/// magnet has no size or the torrent no single file of that size.
+pub(crate) fn magnet_ed2k_side(m: &weir_bt::magnet::Magnet, meta: &Metainfo) -> Option<FileLink> {
+    let hash = m.ed2k?;
+    let label = &meta.info.name;
+    let Some(f) = m.ed2k_file() else {
+        tracing::warn!(
+            "{label}: the magnet's eD2k hash comes without its size (xl): fetched from BitTorrent only"
+        );
+        return None;
+    };
+    let mut same = meta.info.files.iter().filter(|x| x.length == f.size);
+    let (Some(file), None) = (same.next(), same.next()) else {
+        tracing::warn!(
+            "{label}: the magnet's eD2k file ({} bytes) is not one file of the torrent: fetched from BitTorrent only",
+            f.size
+        );
+        return None;
+    };
+    let name = file.path.last()?.clone();
+    tracing::info!("{label}: the magnet names {name} on eD2k too: fetched from both networks");
+    FileLink::new(name, f.size, weir_ed2k::Md4Hash(hash))
+        .map_err(|e| tracing::warn!("{label}: the magnet's eD2k side: {e}"))
+        .ok()
+}
+
 /// Updates the displays; a transfer with no way to find peers is paused
 /// once its watch gives up.
 async fn update(
@@ -503,4 +541,62 @@ fn finish(
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ED2K: &str = "D3B6B09D73D3FE0DD41DDE5ED244215A";
+
+    /// A torrent of `files` (path components, length).
+    fn torrent(files: &[(&[&str], u64)]) -> Metainfo {
+        let mut list = String::new();
+        for (path, len) in files {
+            let p: String = path.iter().map(|c| format!("{}:{c}", c.len())).collect();
+            list.push_str(&format!("d6:lengthi{len}e4:pathl{p}ee"));
+        }
+        let info = format!(
+            "d5:filesl{list}e4:name3:dir12:piece lengthi16384e6:pieces20:aaaaaaaaaaaaaaaaaaaae"
+        );
+        Metainfo::from_bytes(format!("d4:info{info}e").as_bytes()).expect("a valid torrent")
+    }
+
+    fn magnet(extra: &str) -> weir_bt::magnet::Magnet {
+        let uri = format!(
+            "magnet:?xt=urn:btih:{}&xt=urn:ed2k:{ED2K}{extra}",
+            "ab".repeat(20)
+        );
+        weir_bt::magnet::Magnet::parse(&uri).expect("a valid magnet")
+    }
+
+    #[test]
+    fn a_magnet_s_ed2k_side_names_the_torrent_s_file_of_its_size() {
+        let meta = torrent(&[(&["a", "one.bin"], 1000), (&["two.bin"], 5000)]);
+        let link = magnet_ed2k_side(&magnet("&xl=5000&dn=other"), &meta).expect("joins");
+        // Named as the torrent names the file, so the session joins it.
+        assert_eq!(link.name, "two.bin");
+        assert_eq!(link.size, 5000);
+        assert_eq!(link.hash.to_hex().to_ascii_uppercase(), ED2K);
+        assert!(link.sources.is_empty() && link.part_hashes.is_none());
+    }
+
+    #[test]
+    fn no_ed2k_side_without_a_size_or_a_single_file_of_it() {
+        let meta = torrent(&[(&["x.bin"], 1000), (&["y.bin"], 1000), (&["z.bin"], 7)]);
+        // No xl: nothing to match.
+        assert!(magnet_ed2k_side(&magnet(""), &meta).is_none());
+        // Two files of the size: which one is unknown.
+        assert!(magnet_ed2k_side(&magnet("&xl=1000"), &meta).is_none());
+        // No file of the size.
+        assert!(magnet_ed2k_side(&magnet("&xl=8"), &meta).is_none());
+        assert!(magnet_ed2k_side(&magnet("&xl=7"), &meta).is_some());
+        // No eD2k hash at all.
+        let plain = weir_bt::magnet::Magnet::parse(&format!(
+            "magnet:?xt=urn:btih:{}&xl=7",
+            "ab".repeat(20)
+        ))
+        .expect("a valid magnet");
+        assert!(magnet_ed2k_side(&plain, &meta).is_none());
+    }
 }

@@ -112,6 +112,31 @@ impl FileSelection {
         ok.then_some(Self { ranges })
     }
 
+    /// Reads a selection as BEP 53 writes it (`0,2,4-6`: file indices
+    /// from 0, inclusive ranges), as in `so=` or `weir get --files`.
+    pub fn parse(v: &str) -> Result<Self> {
+        parse_select(v)
+    }
+
+    /// One flag per file of a torrent with `files` files, and the indices
+    /// given past its last file (BEP 53 says to ignore them; callers say
+    /// so).
+    pub fn flags(&self, files: usize) -> (Vec<bool>, Vec<(u32, u32)>) {
+        let mut flags = vec![false; files];
+        let mut past = Vec::new();
+        for &(a, b) in &self.ranges {
+            for i in a..=b.min(u32::try_from(files).unwrap_or(u32::MAX).saturating_sub(1)) {
+                if let Some(f) = flags.get_mut(i as usize) {
+                    *f = true;
+                }
+            }
+            if files == 0 || b as usize >= files {
+                past.push(((a as usize).max(files) as u32, b));
+            }
+        }
+        (flags, past)
+    }
+
     /// The ranges.
     pub fn ranges(&self) -> &[(u32, u32)] {
         &self.ranges

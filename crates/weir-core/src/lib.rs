@@ -41,5 +41,6 @@ pub mod pipeline;
 pub mod policy;
 pub mod resume;
 pub mod safepath;
+pub mod selection;
 pub mod storage;
 pub mod units;

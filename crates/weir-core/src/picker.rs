@@ -116,6 +116,9 @@ pub struct Picker {
     /// Blocks free in partial pieces plus every block of wanted pieces.
     free_blocks: u64,
     seq_cursor: u32,
+    /// Pieces of deselected files: they stay skipped when a check fails
+    /// or their data is lost, instead of becoming wanted again.
+    unwanted: Bitfield,
 }
 
 impl Picker {
@@ -135,6 +138,7 @@ impl Picker {
             partial: BTreeMap::new(),
             free_blocks: 0,
             seq_cursor: 0,
+            unwanted: Bitfield::new(n),
         };
         for i in 0..n {
             p.bucket_insert(i);
@@ -163,6 +167,19 @@ impl Picker {
     /// Whether no free block is left (endgame duplicates allowed).
     pub fn in_endgame(&self) -> bool {
         self.free_blocks == 0 && !self.is_complete()
+    }
+
+    /// Whether `piece` belongs to deselected files only.
+    pub fn is_skipped(&self, piece: u32) -> bool {
+        self.unwanted.get(piece)
+    }
+
+    /// Bytes of the pieces not skipped: what is held once complete.
+    pub fn bytes_wanted(&self) -> u64 {
+        (0..self.geo.piece_count())
+            .filter(|&i| self.state[i as usize] != State::Skipped)
+            .map(|i| u64::from(self.geo.piece_size(i)))
+            .sum()
     }
 
     /// Bytes of wanted pieces not yet verified.
@@ -236,18 +253,37 @@ impl Picker {
             return;
         }
         self.had.clear(piece);
+        if self.unwanted.get(piece) {
+            self.state[piece as usize] = State::Skipped;
+            return;
+        }
         self.state[piece as usize] = State::Wanted;
         self.free_blocks += u64::from(self.geo.blocks_in_piece(piece));
         self.bucket_insert(piece);
     }
 
-    /// Stops wanting `piece` (a deselected file). Had pieces stay had.
+    /// Stops wanting `piece` (a deselected file), for good: it stays
+    /// skipped if its data is later lost. Had pieces stay had; a piece
+    /// started (a resumed prefix) is dropped, blocks in flight to it are
+    /// then unexpected and ignored.
     pub fn skip(&mut self, piece: u32) {
-        if self.state.get(piece as usize) == Some(&State::Wanted) {
-            self.bucket_remove(piece);
-            self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
-            self.state[piece as usize] = State::Skipped;
+        let Some(st) = self.state.get(piece as usize).copied() else {
+            return;
+        };
+        self.unwanted.set(piece);
+        match st {
+            State::Wanted => {
+                self.bucket_remove(piece);
+                self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
+            }
+            State::Partial => {
+                if let Some(p) = self.partial.remove(&piece) {
+                    self.free_blocks -= u64::from(p.free);
+                }
+            }
+            State::Had | State::Skipped => return,
         }
+        self.state[piece as usize] = State::Skipped;
     }
 
     /// A peer announced one more piece.
@@ -424,6 +460,10 @@ impl Picker {
     pub fn piece_failed(&mut self, piece: u32) {
         if let Some(p) = self.partial.remove(&piece) {
             self.free_blocks -= u64::from(p.free);
+            if self.unwanted.get(piece) {
+                self.state[piece as usize] = State::Skipped;
+                return;
+            }
             self.state[piece as usize] = State::Wanted;
             self.free_blocks += u64::from(self.geo.blocks_in_piece(piece));
             self.bucket_insert(piece);
@@ -600,6 +640,38 @@ mod tests {
         assert_eq!(first(1), first(1));
         let distinct: std::collections::BTreeSet<_> = (0..20).map(first).collect();
         assert!(distinct.len() > 5, "{distinct:?}");
+    }
+
+    #[test]
+    fn a_skipped_piece_is_never_picked_and_stays_skipped() {
+        let mut p = Picker::new(geo(4, 2), Order::Sequential, 0);
+        p.set_had(1);
+        // A resumed prefix of piece 2, then its file is deselected.
+        p.resume_prefix(2, 16_384);
+        for piece in [0, 1, 2] {
+            p.skip(piece);
+        }
+        // Piece 1 stays had (and counted), 0 and 2 are skipped.
+        assert_eq!(p.bytes_wanted(), 2 * 32_768);
+        assert_eq!(p.bytes_left(), 32_768);
+        let mut out = Vec::new();
+        p.pick(0, PeerHas::All, 100, &mut out);
+        assert!(out.iter().all(|b| b.piece == 3), "{out:?}");
+        assert_eq!(out.len(), 2);
+        // Its data lost, the had skipped piece is not wanted again.
+        p.lose(1);
+        assert!(!p.had().get(1));
+        assert_eq!(p.bytes_wanted(), 32_768);
+        // Another peer gets only endgame duplicates of piece 3.
+        let mut more = Vec::new();
+        p.pick(1, PeerHas::All, 100, &mut more);
+        assert!(more.iter().all(|b| b.piece == 3), "{more:?}");
+        for b in &out {
+            p.received(0, b.piece, b.begin, b.len);
+        }
+        p.piece_verified(3);
+        assert!(p.is_complete());
+        assert!(!p.in_endgame());
     }
 
     #[test]

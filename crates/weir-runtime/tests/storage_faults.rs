@@ -200,6 +200,7 @@ async fn add(
             peers,
             seed,
             paused: false,
+            files: None,
         })
         .await?;
     let addr = e.bt_addr.unwrap();

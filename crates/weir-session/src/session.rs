@@ -65,6 +65,9 @@ pub struct AddTorrent {
     /// Fetch missing pieces (off: only serve what is had, as `weir seed`
     /// does: never interested, never asking).
     pub download: bool,
+    /// Pieces wanted (`None`: all): the others hold only deselected files
+    /// and are never asked for ([`weir_core::selection::Selection::pieces`]).
+    pub wanted: Option<Bitfield>,
 }
 
 /// Options of an eD2k download added to the session.
@@ -231,6 +234,7 @@ impl Session {
             tcfg.max_requests = m;
         }
         tcfg.download = spec.download;
+        tcfg.wanted = spec.wanted;
         tcfg.pex = self.cfg.pex;
         tcfg.dht_port = self.cfg.dht_port.filter(|_| !meta.info.private);
         let digests = Torrent::digests(&meta);
@@ -569,6 +573,7 @@ impl Session {
             id,
             name: t.name.clone(),
             size: t.size,
+            wanted: t.size,
             phase: t.phase(),
             info_hash: t.bt.as_ref().map(|b| b.meta.info_hash),
             ed2k_hash: t.ed2k.as_ref().map(|e| e.hash),
@@ -590,6 +595,7 @@ impl Session {
         if let Some(b) = &t.bt {
             let s = b.torrent.stats(now);
             info.bytes_had = s.bytes_had;
+            info.wanted = s.bytes_wanted;
             info.downloaded.0 = s.downloaded;
             info.uploaded.0 = s.uploaded;
             info.download_rate += s.download_rate;

@@ -70,6 +70,7 @@ fn add(s: &mut Session, tag: u8, now: Instant) -> TransferId {
             paused: false,
             seed: false,
             download: true,
+            wanted: None,
         },
         now,
     )
@@ -447,6 +448,7 @@ fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
                 paused: false,
                 seed: false,
                 download: true,
+                wanted: None,
             },
             now,
         )
@@ -653,6 +655,7 @@ fn a_peer_s_dht_port_reaches_the_runtime_and_private_torrents_advertise_no_dht()
             paused: false,
             seed: false,
             download: true,
+            wanted: None,
         },
         now,
     )

@@ -103,6 +103,10 @@ pub struct TransferInfo {
     pub name: std::sync::Arc<str>,
     /// Bytes in it.
     pub size: u64,
+    /// Bytes it holds once done: `size` unless files were deselected
+    /// (then the pieces of the selected files; Transmission's
+    /// `sizeWhenDone`). Progress is `bytes_had` of this.
+    pub wanted: u64,
     /// Where it is.
     pub phase: Phase,
     /// The torrent's info-hash, when it has a BitTorrent side.

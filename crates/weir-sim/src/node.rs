@@ -53,6 +53,7 @@ pub struct TransferConfig {
     down: Vec<BucketId>,
     up: Vec<BucketId>,
     paused: bool,
+    wanted: Option<Bitfield>,
 }
 
 impl TransferConfig {
@@ -63,7 +64,15 @@ impl TransferConfig {
             down: Vec::new(),
             up: Vec::new(),
             paused: false,
+            wanted: None,
         }
+    }
+
+    /// Only these pieces of a torrent are wanted (a file selection: see
+    /// `weir_core::selection`); the others are never asked for.
+    pub fn wanted(mut self, pieces: Bitfield) -> Self {
+        self.wanted = Some(pieces);
+        self
     }
 
     /// A torrent the node has whole (it seeds, and never dials: seeds wait
@@ -630,6 +639,7 @@ impl World {
                         paused: t.paused,
                         seed: true,
                         download: true,
+                        wanted: t.wanted.clone(),
                     },
                     now,
                 );

@@ -296,3 +296,42 @@ proptest! {
         let _ = Magnet::parse_bytes(&m);
     }
 }
+
+#[test]
+fn a_selection_becomes_one_flag_per_file_and_names_indices_past_the_end() {
+    let s = FileSelection::parse("0,2-3,9").unwrap();
+    assert_eq!(s.to_string(), "0,2-3,9");
+    let (flags, past) = s.flags(4);
+    assert_eq!(flags, [true, false, true, true]);
+    assert_eq!(past, [(9, 9)]);
+    let (flags, past) = s.flags(3);
+    assert_eq!(flags, [true, false, true]);
+    assert_eq!(past, [(3, 3), (9, 9)]);
+    // A huge range costs nothing beyond the file count.
+    let (flags, past) = FileSelection::parse("1-4294967295").unwrap().flags(2);
+    assert_eq!(flags, [false, true]);
+    assert_eq!(past, [(2, u32::MAX)]);
+    let (flags, past) = s.flags(0);
+    assert!(flags.is_empty());
+    assert_eq!(past.len(), 3);
+    assert!(FileSelection::parse("").is_err());
+}
+
+proptest::proptest! {
+    /// A flag is set exactly for the selected indices below the count, and
+    /// every selected index at or past it is reported.
+    #[test]
+    fn flags_match_contains(ranges in proptest::collection::vec((0u32..40, 0u32..8), 1..6), files in 0usize..40) {
+        let ranges: Vec<(u32, u32)> = ranges.into_iter().map(|(a, n)| (a, a + n)).collect();
+        let s = FileSelection::new(ranges).unwrap();
+        let (flags, past) = s.flags(files);
+        proptest::prop_assert_eq!(flags.len(), files);
+        for (i, f) in flags.iter().enumerate() {
+            proptest::prop_assert_eq!(*f, s.contains(i as u32));
+        }
+        for i in files as u32..60 {
+            let reported = past.iter().any(|&(a, b)| (a..=b).contains(&i));
+            proptest::prop_assert_eq!(reported, s.contains(i));
+        }
+    }
+}

@@ -138,6 +138,10 @@ pub struct TorrentConfig {
     /// to peers that run one too (`port` message), and the ports they send
     /// become [`Event::DhtNode`]. `None`: no DHT bit, `port` ignored.
     pub dht_port: Option<u16>,
+    /// Pieces wanted (`None`: every one): the others hold only files the
+    /// user deselected and are never asked for (see
+    /// [`weir_core::selection`]).
+    pub wanted: Option<Bitfield>,
 }
 
 impl TorrentConfig {
@@ -159,6 +163,7 @@ impl TorrentConfig {
             download: true,
             pex: true,
             dht_port: None,
+            wanted: None,
         }
     }
 }
@@ -232,8 +237,11 @@ pub struct Stats {
     pub pieces: u32,
     /// Bytes still to download.
     pub bytes_left: u64,
-    /// Bytes of verified data.
+    /// Bytes of verified data (of the wanted pieces).
     pub bytes_had: u64,
+    /// Bytes of the wanted pieces: what is held once complete (the whole
+    /// torrent unless files were deselected).
+    pub bytes_wanted: u64,
     /// Pieces that failed their hash check.
     pub hash_failures: u32,
     /// Peers dropped for protocol violations.
@@ -291,6 +299,7 @@ impl Torrent {
                 order: cfg.order,
                 seed: cfg.seed,
                 max_unverified: cfg.max_unverified,
+                wanted: cfg.wanted.clone(),
                 ..ContentConfig::default()
             },
             had,
@@ -408,7 +417,8 @@ impl Torrent {
         let c = self.content.stats();
         s.hash_failures = c.hash_failures;
         s.duplicate_blocks = c.duplicate_blocks;
-        s.bytes_had = self.geo.total_len() - s.bytes_left;
+        s.bytes_wanted = self.content.bytes_wanted();
+        s.bytes_had = s.bytes_wanted - s.bytes_left;
         s.download_rate = self.peers.values().map(|p| p.down.display_rate(now)).sum();
         s.upload_rate = self.peers.values().map(|p| p.up.display_rate(now)).sum();
         s

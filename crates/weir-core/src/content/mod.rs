@@ -88,6 +88,10 @@ pub struct ContentConfig {
     /// Contiguous data goes to storage in runs of at least this many bytes
     /// (or at the end of a piece).
     pub write_run: u32,
+    /// Pieces wanted (`None`: all). The others belong to deselected files
+    /// only: never picked, never checked, not counted as left (see
+    /// [`crate::selection`]).
+    pub wanted: Option<Bitfield>,
 }
 
 impl Default for ContentConfig {
@@ -98,6 +102,7 @@ impl Default for ContentConfig {
             max_unverified: 32 << 20,
             on_fail: FailPolicy::Investigate,
             write_run: assembly::WRITE_RUN,
+            wanted: None,
         }
     }
 }
@@ -207,14 +212,21 @@ pub struct Content {
 impl Content {
     /// Content over `geo` having the pieces in `had` (from a trusted
     /// journal), that checks the pieces in `check` from storage first.
-    pub fn new(geo: Geometry, cfg: ContentConfig, had: &Bitfield, check: &Bitfield) -> Self {
+    pub fn new(geo: Geometry, mut cfg: ContentConfig, had: &Bitfield, check: &Bitfield) -> Self {
         let mut picker = Picker::new(geo, cfg.order, cfg.seed);
         for p in had.iter_ones() {
             picker.set_had(p);
         }
+        if let Some(wanted) = cfg.wanted.take() {
+            for p in 0..geo.piece_count() {
+                if !wanted.get(p) {
+                    picker.skip(p);
+                }
+            }
+        }
         let mut checking = Bitfield::new(geo.piece_count());
         for p in check.iter_ones() {
-            if !had.get(p) {
+            if !had.get(p) && !picker.is_skipped(p) {
                 checking.set(p);
             }
         }
@@ -323,9 +335,16 @@ impl Content {
         self.picker.set_order(order);
     }
 
-    /// Stops wanting `piece` (a deselected file).
+    /// Stops wanting `piece` (a deselected file), for good: it is never
+    /// picked, and a failed check or lost data does not make it wanted
+    /// again. Call before peers are asked for blocks.
     pub fn skip(&mut self, piece: u32) {
         self.picker.skip(piece);
+    }
+
+    /// Bytes of the pieces not skipped: what is held once complete.
+    pub fn bytes_wanted(&self) -> u64 {
+        self.picker.bytes_wanted()
     }
 
     // ---- availability ------------------------------------------------------
@@ -413,6 +432,7 @@ impl Content {
         if piece >= self.geo.piece_count()
             || block == 0
             || self.picker.had().get(piece)
+            || self.picker.is_skipped(piece)
             || self.checking.get(piece)
             || self.assembly.contains_key(&piece)
         {

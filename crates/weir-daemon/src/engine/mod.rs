@@ -516,6 +516,7 @@ impl EngineBackend {
                             peers,
                             seed: true,
                             paused,
+                            files: None,
                         })
                         .await
                 }

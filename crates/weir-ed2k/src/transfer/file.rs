@@ -110,6 +110,7 @@ impl FileState {
                 // AICH repairs first: the client decides.
                 on_fail: FailPolicy::Defer,
                 write_run: WRITE_RUN,
+                wanted: None,
             },
             had,
             &Bitfield::new(parts),

@@ -158,6 +158,10 @@ pub struct TorrentSource {
     pub seed: bool,
     /// Start paused.
     pub paused: bool,
+    /// The files wanted, one flag per file of the torrent (`None`: all):
+    /// only the pieces of those are fetched, and files sharing none of
+    /// them are not created (BEP 53 `so=`, `--files`, `files-unwanted`).
+    pub files: Option<Arc<[bool]>>,
 }
 
 /// An eD2k download to add.
@@ -206,6 +210,14 @@ pub enum EngineError {
     /// The session refused the transfer.
     #[error(transparent)]
     Add(#[from] weir_session::AddError),
+    /// The file selection does not fit the torrent.
+    #[error("{name}: {source}")]
+    Selection {
+        /// The torrent's name.
+        name: String,
+        /// What is wrong.
+        source: weir_core::selection::SelectionError,
+    },
     /// A transfer failed (its storage).
     #[error("{name}: {error}")]
     Transfer {

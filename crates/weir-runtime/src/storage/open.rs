@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::Geometry;
 use weir_core::resume::{self, FileAction, Found, JournalId, Mode, PlanOptions, Record};
+use weir_core::selection::Selection;
 use weir_core::storage::{Digest, FileLayout, Hasher};
 
 use super::dir::{Access, SafeDir};
@@ -46,6 +47,11 @@ pub struct TransferSpec {
     pub stem: String,
     /// What the data is called, for messages.
     pub name: String,
+    /// The files the user wants (`None`: all). A download creates only
+    /// the files it writes ([`Selection::touched`]); the others are not
+    /// created, not counted against free space, and a file of the same
+    /// name already there is left as it is.
+    pub selection: Option<Selection>,
 }
 
 /// Learns the digests from the data itself, when they are not known yet:
@@ -110,6 +116,9 @@ pub struct Opened {
     /// Partly written pieces `(piece, bytes)`: the core asks only for the
     /// rest, storage hashes the stored start first.
     pub partial: Vec<(u32, u32)>,
+    /// The pieces wanted, when files were deselected
+    /// ([`TransferSpec::selection`]).
+    pub wanted: Option<Bitfield>,
     pub(super) files: Arc<Files>,
     pub(super) geometry: Geometry,
     pub(super) digests: Option<Arc<[Digest]>>,
@@ -186,7 +195,7 @@ pub fn open(
             }
         }
     }
-    let plan = resume::plan(
+    let mut plan = resume::plan(
         &spec.layout,
         &geo,
         parsed.as_ref(),
@@ -197,7 +206,24 @@ pub fn open(
             overwrite: opts.overwrite,
         },
     );
-    if let Some(resume::Conflict::WrongSize { file, found, want }) = plan.conflicts.first() {
+    // Deselected files the download never writes: not created; one there
+    // already is not weir's concern (its size is not held against it).
+    let touched = |i: usize| {
+        spec.selection
+            .as_ref()
+            .is_none_or(|s| s.touched().get(i).copied().unwrap_or(true))
+    };
+    if opts.mode == Mode::Download {
+        for (i, a) in plan.files.iter_mut().enumerate() {
+            if !touched(i) && *a == FileAction::Create {
+                *a = FileAction::Absent;
+            }
+        }
+    }
+    let conflict = plan.conflicts.iter().find(|c| match c {
+        resume::Conflict::WrongSize { file, .. } => touched(*file),
+    });
+    if let Some(resume::Conflict::WrongSize { file, found, want }) = conflict {
         return Err(OpenError::WrongSize {
             path: dir.path().join(&spec.layout.files()[*file].path),
             found: *found,
@@ -242,7 +268,8 @@ pub fn open(
     }
     match opts.mode {
         Mode::Download => {
-            let refused = plan.refused_files(&spec.layout, &geo, &verified);
+            let mut refused = plan.refused_files(&spec.layout, &geo, &verified);
+            refused.retain(|&i| touched(i));
             if !refused.is_empty() {
                 let over = |p: u32| {
                     spec.layout
@@ -434,6 +461,7 @@ pub fn open(
         had,
         check,
         partial: plan.partial.clone(),
+        wanted: spec.selection.as_ref().map(|s| s.pieces().clone()),
         files,
         geometry: geo,
         digests,

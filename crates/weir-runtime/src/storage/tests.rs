@@ -54,6 +54,7 @@ fn spec(dir: &Path) -> TransferSpec {
         id: b"id".to_vec(),
         stem: "test".into(),
         name: "d".into(),
+        selection: None,
     }
 }
 
@@ -625,4 +626,82 @@ async fn a_clean_journal_that_says_nothing_new_is_kept_not_rewritten() {
     let again = open(spec, OpenOptions::download(), None).unwrap();
     assert!(again.had.count() < 4);
     assert_ne!(ino(), compacted);
+}
+
+/// The files of [`spec`]'s data laid out so that the first file is
+/// exactly piece 0: selecting it touches no other file.
+fn aligned_spec(dir: &Path, wanted: Option<Vec<bool>>) -> TransferSpec {
+    let layout = FileLayout::new([
+        (PathBuf::from("d/first.bin"), u64::from(PIECE)),
+        (PathBuf::from("d/empty"), 0),
+        (PathBuf::from("d/rest.bin"), 100_000 - u64::from(PIECE)),
+    ]);
+    let base = spec(dir);
+    let selection = wanted.map(|w| {
+        weir_core::selection::Selection::new(&layout, &base.geometry, w).expect("a selection")
+    });
+    TransferSpec {
+        layout,
+        selection,
+        ..base
+    }
+}
+
+#[tokio::test]
+async fn deselected_files_are_not_created_and_a_later_run_can_fetch_them() {
+    let t = Tmp::new("select");
+    let data = data();
+    // Someone's file of the name of a deselected one, of another size: not
+    // a conflict when the download will not write it, and left alone.
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    fs::write(t.0.join("d/rest.bin"), b"not mine").unwrap();
+    let spec = aligned_spec(&t.0, Some(vec![true, false, false]));
+    let g = spec.geometry;
+    let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
+    assert_eq!(
+        opened
+            .wanted
+            .as_ref()
+            .map(|w| w.iter_ones().collect::<Vec<_>>()),
+        Some(vec![0])
+    );
+    assert_eq!(fs::metadata(t.0.join("d/first.bin")).unwrap().len(), 32_768);
+    assert!(
+        !t.0.join("d/empty").exists(),
+        "a deselected empty file was created"
+    );
+    assert_eq!(fs::read(t.0.join("d/rest.bin")).unwrap(), b"not mine");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = opened.start(digests(&spec), &[], tx).unwrap();
+    submit_piece(&s, &g, &data, 0, false);
+    assert_eq!(verdicts(&mut rx, 1).await.get(&0), Some(&true));
+    s.close();
+    assert_eq!(fs::read(t.0.join("d/first.bin")).unwrap(), &data[..32_768]);
+    assert_eq!(fs::read(t.0.join("d/rest.bin")).unwrap(), b"not mine");
+    // The same download with every file wanted: what was verified is
+    // kept, and the foreign file is now in the way, as it would be for a
+    // download that never deselected it.
+    fs::remove_file(t.0.join("d/rest.bin")).unwrap();
+    let all = aligned_spec(&t.0, None);
+    let again = open(all, OpenOptions::download(), None).unwrap();
+    assert_eq!(again.had.iter_ones().collect::<Vec<_>>(), [0]);
+    assert_eq!(again.wanted, None);
+    assert_eq!(fs::metadata(t.0.join("d/rest.bin")).unwrap().len(), 67_232);
+    assert!(t.0.join("d/empty").exists());
+}
+
+#[test]
+fn a_deselected_file_in_the_way_still_blocks_a_file_that_is_written() {
+    // rest.bin shares no piece with first.bin but is itself wanted: its
+    // wrong size is refused as without a selection.
+    let t = Tmp::new("select-conflict");
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    fs::write(t.0.join("d/rest.bin"), b"not mine").unwrap();
+    let spec = aligned_spec(&t.0, Some(vec![false, false, true]));
+    match open(spec, OpenOptions::download(), None) {
+        Err(OpenError::WrongSize { path, .. }) => assert!(path.ends_with("d/rest.bin")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read(t.0.join("d/rest.bin")).unwrap(), b"not mine");
+    assert!(!t.0.join("d/first.bin").exists());
 }

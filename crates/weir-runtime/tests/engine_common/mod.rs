@@ -111,6 +111,7 @@ pub(crate) fn seed_source(meta: Arc<Metainfo>, dir: &Path) -> TorrentSource {
         peers: Vec::new(),
         seed: true,
         paused: false,
+        files: None,
     }
 }
 
@@ -127,6 +128,7 @@ pub(crate) fn download_source(
         peers,
         seed: false,
         paused: false,
+        files: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn seeder(now: Instant) -> (Session, TransferId) {
                 paused: false,
                 seed: true,
                 download: false,
+                wanted: None,
             },
             now,
         )

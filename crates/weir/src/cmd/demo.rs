@@ -95,6 +95,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                 peers,
                 seed: true,
                 paused: false,
+                files: None,
             };
         let seeder = Engine::start(node(&policy)).await?;
         let seed_addr = seeder.bt_addr.context("seeder has no address")?;

@@ -127,6 +127,7 @@ pub(crate) fn seed(ctx: &Ctx, files: &[PathBuf], opts: &TransferOpts) -> anyhow:
             magnets: Vec::new(),
             links: Vec::new(),
             shares,
+            select: None,
         },
         crate::cmd::multi::RunOpts {
             out: PathBuf::from("."),

@@ -124,6 +124,12 @@ pub(crate) struct Args {
     /// sparse; the download then pauses when the disk fills).
     #[arg(long)]
     no_space_check: bool,
+    /// Fetch only these files of the one torrent or magnet given, by index
+    /// from 0 as `weir show` lists them and as BEP 53 numbers them:
+    /// `0,2,4-6` (replaces a magnet's `so=`). Files sharing a piece with
+    /// them get those boundary bytes; the others are not created.
+    #[arg(long, value_name = "LIST", value_parser = parse_files)]
+    files: Option<weir_bt::magnet::FileSelection>,
     #[command(flatten)]
     opts: TransferOpts,
 }
@@ -179,11 +185,6 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
                 );
                 continue;
             }
-            if m.select.is_some() {
-                tracing::warn!(
-                    "{s}: weir does not select files yet (so=): every file of the torrent is fetched"
-                );
-            }
             magnets.push(m);
         } else if is_ed2k_link(s) {
             links.push(
@@ -191,6 +192,33 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             );
         } else {
             torrents.push(load_torrent(s)?);
+        }
+    }
+    if let Some(sel) = &args.files {
+        if torrents.len() + magnets.len() != 1 {
+            return Err(bad_input(format!(
+                "--files {sel}: give it with exactly one torrent or magnet ({} given)",
+                torrents.len() + magnets.len()
+            )));
+        }
+        // Known now for a .torrent: an index past its files is a mistake.
+        if let Some(meta) = torrents.first() {
+            let n = meta.info.files.len();
+            let (_, past) = sel.flags(n);
+            if let Some(&(a, b)) = past.first() {
+                let which = if a == b {
+                    format!("file {a}")
+                } else {
+                    format!("files {a}-{b}")
+                };
+                return Err(bad_input(format!(
+                    "--files {sel}: {} has {n} file{} (numbered from 0), so there is no {which}; \
+                     `weir info {}` lists them",
+                    meta.info.name,
+                    if n == 1 { "" } else { "s" },
+                    args.sources[0],
+                )));
+            }
         }
     }
     // Every source, of either network, in one engine.
@@ -201,6 +229,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             magnets,
             links,
             shares: Vec::new(),
+            select: args.files.clone(),
         },
         crate::cmd::multi::RunOpts {
             out: args.out,
@@ -210,6 +239,14 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             dir,
         },
     )
+}
+
+/// Reads `--files` (BEP 53's syntax).
+fn parse_files(v: &str) -> Result<weir_bt::magnet::FileSelection, String> {
+    weir_bt::magnet::FileSelection::parse(v).map_err(|e| match e {
+        weir_bt::magnet::MagnetError::BadSelect { reason, .. } => reason.to_string(),
+        e => e.to_string(),
+    })
 }
 
 /// Whether a source is an eD2k link rather than a .torrent path.

@@ -121,9 +121,15 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             outln!("  tier {}: {}", i + 1, t.join(" "))?;
         }
     }
+    // Numbered from 0, as `weir get --files` and BEP 53 `so=` take them.
     outln!("files ({}):", info.files.len())?;
-    for f in &info.files {
-        outln!("  {:>14}  {}", f.length, display_path(&m, &f.path))?;
+    let width = info.files.len().saturating_sub(1).to_string().len();
+    for (i, f) in info.files.iter().enumerate() {
+        outln!(
+            "  {i:>width$}  {:>14}  {}",
+            f.length,
+            display_path(&m, &f.path)
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -40,6 +40,9 @@ pub(crate) struct Sources {
     pub(crate) links: Vec<FileLink>,
     /// Complete files to share on eD2k (their links are printed).
     pub(crate) shares: Vec<SharedSource>,
+    /// `--files`: the files to fetch of the run's one torrent or magnet
+    /// (over a magnet's `so=`).
+    pub(crate) select: Option<weir_bt::magnet::FileSelection>,
 }
 
 /// How the run goes.
@@ -65,6 +68,7 @@ fn engine_error(e: EngineError) -> anyhow::Error {
         EngineError::Listen { addr, source } => crate::cmd::listen_error(addr, &source),
         EngineError::Open(e) => open_error(e),
         EngineError::Add(e) => bad_input(e.to_string()),
+        e @ EngineError::Selection { .. } => bad_input(e.to_string()),
         e => anyhow::Error::new(e),
     }
 }
@@ -165,20 +169,38 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
         };
         let mut torrents = sources.torrents.clone();
         let mut torrent_peers: Vec<Vec<std::net::SocketAddr>> = vec![peers.clone(); torrents.len()];
+        let mut torrent_files: Vec<Option<Arc<[bool]>>> = Vec::new();
+        for meta in &torrents {
+            torrent_files.push(wanted_files(meta, sources.select.as_ref(), "--files")?);
+        }
         let mut links = sources.links.clone();
         for m in &sources.magnets {
             let (meta, extra) = magnet_torrent(ctx, m, &run, &peers, &engine).await?;
+            let files = match (&sources.select, &m.select) {
+                (Some(s), _) => wanted_files(&meta, Some(s), "--files")?,
+                (None, Some(s)) => wanted_files(&meta, Some(s), "the magnet's so=")?,
+                (None, None) => None,
+            };
             // `xt=urn:ed2k:` beside the info-hash: the same file on eD2k,
-            // fetched from both networks once its torrent is known.
+            // fetched from both networks once its torrent is known (not
+            // when that file is deselected).
             if let Some(link) = magnet_ed2k_side(m, &meta) {
-                links.push(link);
+                let index = meta.info.files.iter().position(|f| f.length == link.size);
+                match (&files, index) {
+                    (Some(w), Some(i)) if !w[i] => tracing::info!(
+                        "{}: the magnet's eD2k file is not among the files selected: not fetched from eD2k",
+                        meta.info.name
+                    ),
+                    _ => links.push(link),
+                }
             }
             torrents.push(meta);
             torrent_peers.push(extra);
+            torrent_files.push(files);
         }
         let multi = indicatif::MultiProgress::new();
         let mut shown: HashMap<TransferId, Shown> = HashMap::new();
-        for (meta, peers) in torrents.iter().zip(torrent_peers) {
+        for ((meta, peers), files) in torrents.iter().zip(torrent_peers).zip(torrent_files) {
             // Peers to dial (--peer, a magnet's x.pe) are a way to find some.
             let why = if peers.is_empty() {
                 crate::cmd::get::no_source(
@@ -197,6 +219,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                     peers,
                     seed: run.seed,
                     paused: false,
+                    files,
                 })
                 .await
                 .map_err(engine_error)?;
@@ -392,6 +415,61 @@ async fn magnet_torrent(
     Ok((Arc::new(got.metainfo), dial))
 }
 
+/// The files of `meta` that `select` (from `what`) wants, one flag each
+/// (`None`: all of them). Indices past its files are ignored with a
+/// warning, as BEP 53 says; a selection of none of its files is bad input.
+fn wanted_files(
+    meta: &Metainfo,
+    select: Option<&weir_bt::magnet::FileSelection>,
+    what: &str,
+) -> anyhow::Result<Option<Arc<[bool]>>> {
+    let Some(select) = select else {
+        return Ok(None);
+    };
+    let name = &meta.info.name;
+    let n = meta.info.files.len();
+    let (flags, past) = select.flags(n);
+    if !past.is_empty() {
+        let list: Vec<String> = past
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        tracing::warn!(
+            "{name}: {what} {select}: the torrent has {n} files (numbered from 0); {} ignored",
+            list.join(",")
+        );
+    }
+    let count = flags.iter().filter(|&&f| f).count();
+    if count == 0 {
+        return Err(bad_input(format!(
+            "{name}: {what} {select} selects none of its {n} files (numbered from 0)"
+        )));
+    }
+    if count == n {
+        return Ok(None);
+    }
+    let bytes: u64 = meta
+        .info
+        .files
+        .iter()
+        .zip(&flags)
+        .filter(|(_, w)| **w)
+        .map(|(f, _)| f.length)
+        .sum();
+    tracing::info!(
+        "{name}: fetching {count} of {n} files ({} of {})",
+        crate::progress::bytes(bytes),
+        crate::progress::bytes(meta.info.total_length())
+    );
+    Ok(Some(flags.into()))
+}
+
 /// The eD2k side of a magnet that names its file on both networks
 /// (`xt=urn:ed2k:` and `xl` beside `xt=urn:btih:`): a link to the torrent's
 /// file of that size, named as the torrent names it, so that it joins the
@@ -453,7 +531,7 @@ async fn update(
 fn sample(t: &TransferInfo) -> Sample {
     Sample {
         done: t.bytes_had,
-        total: t.size,
+        total: t.wanted,
         down_rate: t.download_rate,
         up_rate: t.upload_rate,
         peers: t.peers,
@@ -520,7 +598,7 @@ fn finish(
             }
             s.display.finish(&format!(
                 "stopped at {:.1}%; what is verified is kept: the same command resumes ({} hash failures, {} peers banned)",
-                t.bytes_had as f64 * 100.0 / t.size.max(1) as f64,
+                t.bytes_had as f64 * 100.0 / t.wanted.max(1) as f64,
                 t.hash_failures,
                 t.banned
             ));

@@ -44,6 +44,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             magnets: Vec::new(),
             links: Vec::new(),
             shares: Vec::new(),
+            select: None,
         },
         crate::cmd::multi::RunOpts {
             out: dir.clone(),

@@ -28,6 +28,21 @@ impl Driver {
                     weir_bt::wire::BLOCK_LEN,
                 )
                 .expect("metainfo guarantees a valid geometry");
+                let selection = match &src.files {
+                    None => None,
+                    Some(w) => {
+                        match weir_core::selection::Selection::new(&layout, &geometry, w.to_vec()) {
+                            Ok(s) => Some(s).filter(|s| !s.is_everything()),
+                            Err(source) => {
+                                let _ = reply.send(Err(EngineError::Selection {
+                                    name: src.meta.info.name.clone(),
+                                    source,
+                                }));
+                                return;
+                            }
+                        }
+                    }
+                };
                 let spec = TransferSpec {
                     dir: root,
                     layout,
@@ -36,6 +51,7 @@ impl Driver {
                     id: src.meta.info_hash.to_vec(),
                     stem: torrent_stem(&src.meta.info_hash),
                     name: src.meta.info.name.clone(),
+                    selection,
                 };
                 let mut opts = src.open;
                 opts.workers = self.cfg.storage_workers;
@@ -69,6 +85,7 @@ impl Driver {
                     id: l.hash.0.to_vec(),
                     stem: crate::engine::spec::journal_stem(&l.hash),
                     name: l.name.clone(),
+                    selection: None,
                 };
                 let mut opts = src.open;
                 opts.workers = self.cfg.storage_workers;
@@ -90,6 +107,7 @@ impl Driver {
                     id: h.file_hash.0.to_vec(),
                     stem: crate::engine::spec::journal_stem(&h.file_hash),
                     name,
+                    selection: None,
                 };
                 // Hashed by the caller just now; shared as it is, read-only.
                 let opts = storage::OpenOptions {

@@ -78,7 +78,7 @@ impl Driver {
                     let new = Standing {
                         uploaded: t.uploaded.0,
                         downloaded: t.downloaded.0,
-                        left: t.size - t.bytes_had.min(t.size),
+                        left: t.wanted - t.bytes_had.min(t.wanted),
                         complete: t.complete_at.is_some(),
                         peers: t.peers,
                     };

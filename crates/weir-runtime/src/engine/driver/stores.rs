@@ -113,6 +113,7 @@ impl Driver {
                         paused: src.paused,
                         seed: src.seed,
                         download: src.open.mode == storage::Mode::Download,
+                        wanted: opened.wanted.clone(),
                     },
                     now,
                 );

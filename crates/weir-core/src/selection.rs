@@ -42,13 +42,12 @@ pub enum SelectionError {
         /// Files in the transfer.
         files: usize,
     },
-    /// Nothing would be fetched.
-    #[error("no file is selected")]
-    Empty,
 }
 
 impl Selection {
-    /// Resolves `wanted` (one flag per file of `layout`).
+    /// Resolves `wanted` (one flag per file of `layout`). Nothing wanted is
+    /// a selection too (Transmission allows it: the transfer is done at
+    /// once, holding nothing); callers that want to refuse it do.
     pub fn new(
         layout: &FileLayout,
         geo: &Geometry,
@@ -60,9 +59,6 @@ impl Selection {
                 given: wanted.len(),
                 files,
             });
-        }
-        if !wanted.iter().any(|&w| w) {
-            return Err(SelectionError::Empty);
         }
         let mut pieces = Bitfield::new(geo.piece_count());
         for (i, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
@@ -179,10 +175,9 @@ mod tests {
             Selection::from_indices(&l, &geo, [2]),
             Err(SelectionError::NoSuchFile { index: 2, files: 2 })
         );
-        assert_eq!(
-            Selection::from_indices(&l, &geo, []),
-            Err(SelectionError::Empty)
-        );
+        let none = Selection::from_indices(&l, &geo, []).expect("valid");
+        assert_eq!((none.pieces().count(), none.bytes()), (0, 0));
+        assert!(none.touched().iter().all(|&t| !t));
         assert_eq!(
             Selection::new(&l, &geo, vec![true]),
             Err(SelectionError::FileCount { given: 1, files: 2 })
@@ -221,10 +216,7 @@ mod tests {
             let l = layout(&lens);
             let geo = Geometry::new(total, piece, 16).expect("geometry");
             let wanted: Vec<bool> = picks[..lens.len()].to_vec();
-            let Ok(s) = Selection::new(&l, &geo, wanted.clone()) else {
-                prop_assert!(!wanted.iter().any(|&w| w));
-                return Ok(());
-            };
+            let s = Selection::new(&l, &geo, wanted.clone()).expect("one flag per file");
             for p in 0..geo.piece_count() {
                 let files: Vec<usize> = l
                     .map(geo.piece_offset(p), u64::from(geo.piece_size(p)))

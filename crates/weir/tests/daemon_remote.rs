@@ -365,3 +365,116 @@ fn an_ed2k_link_added_over_rpc_downloads_and_bad_adds_are_refused() -> anyhow::R
     assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
     Ok(())
 }
+
+#[test]
+fn files_unwanted_are_not_fetched_kept_across_a_restart_and_fetched_once_wanted()
+-> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmselect")?;
+    let dir = TempDir::new("daemon-select")?;
+    let data = dir.subdir("data")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    // 256 KiB pieces: a.bin is pieces 0-1, b.bin 2-5, c.bin piece 6; b.bin
+    // shares no piece with the others.
+    let piece = 256u64 << 10;
+    let (a, b, c) = (2 * piece, 4 * piece, 100_000);
+    let torrent = tree_and_torrent(
+        &data,
+        "set",
+        &[("set/a.bin", a), ("set/b.bin", b), ("set/c.bin", c)],
+        21,
+        None,
+    )?;
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+    let _seed = seeder(&ns, &torrent, &data, "127.0.0.1:6881", None, true)?;
+    // As a remote's add dialog with a file unticked sends it.
+    rpc(
+        &ns,
+        "torrent-add",
+        serde_json::json!({ "filename": torrent.to_str().unwrap(), "files-unwanted": [1] }),
+    )?;
+    let fields = [
+        "id",
+        "sizeWhenDone",
+        "leftUntilDone",
+        "totalSize",
+        "wanted",
+        "percentDone",
+        "status",
+    ];
+    let t = wait_for(
+        &ns,
+        &fields,
+        Duration::from_secs(120),
+        "the wanted files complete",
+        |t| t.len() == 1 && num(&t[0], "leftUntilDone") == 0 && num(&t[0], "sizeWhenDone") > 0,
+    )?;
+    assert_eq!(num(&t[0], "sizeWhenDone"), a + c, "{t:?}");
+    assert_eq!(num(&t[0], "totalSize"), a + b + c);
+    assert_eq!(t[0]["wanted"], serde_json::json!([1, 0, 1]));
+    payload::files_equal(&data.join("set/a.bin"), &downloads.join("set/a.bin"))?;
+    payload::files_equal(&data.join("set/c.bin"), &downloads.join("set/c.bin"))?;
+    assert!(
+        !downloads.join("set/b.bin").exists(),
+        "an unwanted file sharing no piece was created"
+    );
+    let files = remote(&ns, &["-t", "1", "-f"])?;
+    let b_row = files
+        .lines()
+        .find(|l| l.contains("set/b.bin"))
+        .unwrap_or_else(|| panic!("no b.bin in:\n{files}"));
+    assert!(b_row.contains(" No "), "{files}");
+
+    // The selection is the transfer's: a restart keeps it.
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon-2",
+        &["--no-trackers"],
+    )?;
+    let t = wait_for(
+        &ns,
+        &fields,
+        Duration::from_secs(60),
+        "back, done with the wanted files",
+        |t| t.len() == 1 && num(&t[0], "sizeWhenDone") == a + c && num(&t[0], "leftUntilDone") == 0,
+    )?;
+    assert_eq!(t[0]["wanted"], serde_json::json!([1, 0, 1]));
+    assert!(!downloads.join("set/b.bin").exists());
+
+    // Wanted now (`transmission-remote -g`): the transfer fetches it
+    // without fetching again what it has.
+    remote(&ns, &["-t", "1", "-g", "1"])?;
+    let t = wait_for(
+        &ns,
+        &["leftUntilDone", "sizeWhenDone", "wanted", "downloadedEver"],
+        Duration::from_secs(120),
+        "the whole torrent complete",
+        |t| num(&t[0], "sizeWhenDone") == a + b + c && num(&t[0], "leftUntilDone") == 0,
+    )?;
+    assert_eq!(t[0]["wanted"], serde_json::json!([1, 1, 1]));
+    for f in ["set/a.bin", "set/b.bin", "set/c.bin"] {
+        payload::files_equal(&data.join(f), &downloads.join(f))?;
+    }
+    let down = num(&t[0], "downloadedEver");
+    assert!(
+        down < a + b + c + 2 * piece,
+        "downloadedEver {down}: fetched again what it had"
+    );
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}

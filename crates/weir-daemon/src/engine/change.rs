@@ -2,11 +2,13 @@
 //! goals of [`EngineBackend`].
 //!
 //! What weir's engine cannot do is refused with an error naming it, never
-//! accepted and ignored: it downloads every file of a torrent at one
-//! priority (so `files-unwanted`, `priority-high` and `priority-low` are
-//! refused, while asking for what already holds is accepted), and it has no
-//! per-transfer peer limit, sequential switch, tracker editing, bandwidth
-//! priority or way around the session caps.
+//! accepted and ignored: it fetches the wanted files of a torrent at one
+//! priority (so `priority-high` and `priority-low` are refused, while
+//! asking for what already holds is accepted), and it has no per-transfer
+//! peer limit, sequential switch, tracker editing, bandwidth priority or
+//! way around the session caps. `files-wanted`/`files-unwanted` restart
+//! the transfer in the engine with the new selection (its storage reopens
+//! trusting its journal: nothing verified is fetched again).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,7 +38,7 @@ pub(super) fn mode_of(b: u8) -> LimitMode {
 }
 
 /// Refuses what the engine cannot do (before anything changes).
-fn check_supported(c: &TransferChange, file_count: u32) -> Result<(), BackendError> {
+fn check_supported(c: &TransferChange, file_count: u32, ed2k: bool) -> Result<(), BackendError> {
     let check_range = |set: &Option<FileSet>| -> Result<(), BackendError> {
         if let Some(FileSet::Indices(v)) = set {
             if let Some(bad) = v.iter().find(|i| **i >= file_count) {
@@ -59,9 +61,9 @@ fn check_supported(c: &TransferChange, file_count: u32) -> Result<(), BackendErr
         Some(FileSet::All) => true,
         Some(FileSet::Indices(v)) => !v.is_empty(),
     };
-    if names(&c.files_unwanted) {
+    if ed2k && names(&c.files_unwanted) {
         return Err(BackendError::Unsupported(
-            "files-unwanted: weir downloads every file of a torrent (file selection is not supported)",
+            "files-unwanted: an eD2k download is one file; remove it instead",
         ));
     }
     if names(&c.priority_high) || names(&c.priority_low) {
@@ -102,6 +104,31 @@ fn check_supported(c: &TransferChange, file_count: u32) -> Result<(), BackendErr
         }
     }
     Ok(())
+}
+
+/// Applies `files-unwanted` then `files-wanted` of `c` (as Transmission
+/// orders them) to a sorted list of unwanted file indices; whether it
+/// changed.
+fn apply_files(unwanted: &mut Vec<u32>, c: &TransferChange, file_count: u32) -> bool {
+    let mut set: std::collections::BTreeSet<u32> = unwanted.iter().copied().collect();
+    match &c.files_unwanted {
+        Some(FileSet::All) => set.extend(0..file_count),
+        Some(FileSet::Indices(v)) => set.extend(v.iter().copied()),
+        None => {}
+    }
+    match &c.files_wanted {
+        Some(FileSet::All) => set.clear(),
+        Some(FileSet::Indices(v)) => {
+            for i in v {
+                set.remove(i);
+            }
+        }
+        None => {}
+    }
+    let new: Vec<u32> = set.into_iter().collect();
+    let changed = new != *unwanted;
+    *unwanted = new;
+    changed
 }
 
 /// Applies the limits of `c` to `l`.
@@ -177,18 +204,42 @@ impl EngineBackend {
         select: Selection,
         change: TransferChange,
     ) -> Result<(), BackendError> {
-        let (caps, ids) = {
+        let infos = self.snapshot().await;
+        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let (caps, ids, reselect) = {
             let mut st = self.lock();
             let ids = st.selected(&select, None);
             for id in &ids {
-                check_supported(&change, st.entries[id].base.file_count)?;
+                let e = &st.entries[id];
+                check_supported(
+                    &change,
+                    e.base.file_count,
+                    matches!(e.content, Content::Ed2k(_)),
+                )?;
             }
             let now = unix_now();
             let mut caps = Vec::new();
+            let mut reselect = Vec::new();
             for id in &ids {
                 let Some(e) = st.entries.get_mut(id) else {
                     continue;
                 };
+                if apply_files(&mut e.record.unwanted, &change, e.base.file_count) {
+                    e.mark_wanted();
+                    // Not yet in the engine (a magnet fetching, a stopped
+                    // or opening transfer): it starts with it next time.
+                    if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
+                        e.saw(i);
+                    }
+                    if !e.adding
+                        && let Some(eid) = e.engine_id.take()
+                    {
+                        e.adding = true;
+                        e.earlier = (e.earlier.0 + e.run.0, e.earlier.1 + e.run.1);
+                        e.run = (0, 0);
+                        reselect.push((*id, eid));
+                    }
+                }
                 let before = e.record.limits;
                 apply_limits(&mut e.record.limits, &change);
                 if let Some(labels) = &change.labels {
@@ -229,7 +280,7 @@ impl EngineBackend {
                     st.queue.insert(at, *id);
                 }
             }
-            (caps, ids)
+            (caps, ids, reselect)
         };
         for (eid, down, up) in caps {
             self.0.engine.set_caps(eid, down, up).await;
@@ -241,6 +292,10 @@ impl EngineBackend {
         self.persist(touched)
             .await
             .map_err(super::methods::state_err)?;
+        for (id, eid) in reselect {
+            self.0.engine.remove_closed(eid).await;
+            self.launch(id, false);
+        }
         if let Some(location) = change.location {
             self.move_to(select, location, false).await?;
         }
@@ -424,7 +479,7 @@ impl EngineBackend {
                 if i.download_rate > 0.0 || i.upload_rate > 0.0 {
                     e.last_active = now;
                 }
-                let complete = i.size > 0 && i.bytes_had >= i.size;
+                let complete = i.wanted > 0 && i.bytes_had >= i.wanted;
                 if e.record.paused || !complete || matches!(e.content, Content::Ed2k(_)) {
                     continue;
                 }
@@ -487,8 +542,8 @@ mod tests {
             files_unwanted: Some(FileSet::Indices(vec![])),
             ..TransferChange::default()
         };
-        check_supported(&ok, 2).unwrap();
-        let refused = |c: TransferChange, word: &str| match check_supported(&c, 2) {
+        check_supported(&ok, 2, false).unwrap();
+        let refused = |c: TransferChange, word: &str| match check_supported(&c, 2, true) {
             Err(BackendError::Unsupported(m)) => assert!(m.contains(word), "{m}"),
             other => panic!("{word}: {other:?}"),
         };
@@ -526,7 +581,8 @@ mod tests {
                     files_wanted: Some(FileSet::Indices(vec![2])),
                     ..TransferChange::default()
                 },
-                2
+                2,
+                false
             ),
             Err(BackendError::FileIndexOutOfRange(2))
         ));
@@ -536,10 +592,50 @@ mod tests {
                     seed_ratio_limit: Some(f64::NAN),
                     ..TransferChange::default()
                 },
-                2
+                2,
+                false
             ),
             Err(BackendError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn file_selection_changes_apply_unwanted_then_wanted() {
+        let set = |u: Option<FileSet>, w: Option<FileSet>| TransferChange {
+            files_unwanted: u,
+            files_wanted: w,
+            ..TransferChange::default()
+        };
+        let mut unwanted = vec![1];
+        assert!(apply_files(
+            &mut unwanted,
+            &set(Some(FileSet::Indices(vec![4, 2, 2])), None),
+            5
+        ));
+        assert_eq!(unwanted, [1, 2, 4]);
+        // Named both ways in one call: wanted wins, as in Transmission.
+        assert!(apply_files(
+            &mut unwanted,
+            &set(
+                Some(FileSet::Indices(vec![3])),
+                Some(FileSet::Indices(vec![3, 1]))
+            ),
+            5
+        ));
+        assert_eq!(unwanted, [2, 4]);
+        assert!(!apply_files(&mut unwanted, &set(None, None), 5));
+        assert!(apply_files(
+            &mut unwanted,
+            &set(Some(FileSet::All), None),
+            5
+        ));
+        assert_eq!(unwanted, [0, 1, 2, 3, 4]);
+        assert!(apply_files(
+            &mut unwanted,
+            &set(None, Some(FileSet::All)),
+            5
+        ));
+        assert!(unwanted.is_empty());
     }
 
     #[test]

@@ -193,7 +193,27 @@ impl EngineBackend {
                     e.base = Arc::new(parsed.view);
                     e.files = parsed.files;
                     e.trackers = parsed.trackers;
+                    // The magnet's `so=` (BEP 53) when the add named no
+                    // files itself; indices past the files are ignored.
+                    if let Content::Magnet(m) = &e.content
+                        && let Some(sel) = &m.select
+                        && e.record.unwanted.is_empty()
+                    {
+                        let (flags, _) = sel.flags(meta.info.files.len());
+                        if flags.iter().any(|&f| f) {
+                            e.record.unwanted = (0..flags.len() as u32)
+                                .filter(|&i| !flags[i as usize])
+                                .collect();
+                        } else {
+                            tracing::warn!(
+                                "{}: the magnet's so={sel} names none of its {} files: every file is fetched",
+                                meta.info.name,
+                                flags.len()
+                            );
+                        }
+                    }
                     e.content = Content::Torrent(meta);
+                    e.mark_wanted();
                     e.record.source = RecordSource::Torrent {
                         info_hash: hex.clone(),
                     };

@@ -163,7 +163,7 @@ impl Backend for EngineBackend {
                 if let Some(i) = info {
                     e.saw(i);
                 }
-                let complete = |i: &TransferInfo| i.size > 0 && i.bytes_had >= i.size;
+                let complete = |i: &TransferInfo| i.wanted > 0 && i.bytes_had >= i.wanted;
                 if e.record.done.is_none() && info.is_some_and(complete) {
                     e.record.done = Some(now);
                     newly_done.push(id);
@@ -271,9 +271,9 @@ impl Backend for EngineBackend {
                 (Content::Ed2k(l), p, None)
             }
         };
-        if !req.files_unwanted.is_empty() {
+        if !req.files_unwanted.is_empty() && matches!(content, Content::Ed2k(_)) {
             return Err(BackendError::Unsupported(
-                "files-unwanted: weir downloads every file of a torrent (file selection is not supported)",
+                "files-unwanted: an eD2k download is one file; remove it instead",
             ));
         }
         if !req.priority_high.is_empty() || !req.priority_low.is_empty() {
@@ -281,14 +281,28 @@ impl Backend for EngineBackend {
                 "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
             ));
         }
+        // A magnet's files are known only once its metadata is: indices
+        // past them are then ignored (as BEP 53 says of `so=`).
         if let Some(bad) = req
             .files_wanted
             .iter()
+            .chain(&req.files_unwanted)
             .chain(&req.priority_normal)
-            .find(|i| **i >= parsed.view.file_count.max(1))
+            .find(|i| {
+                !matches!(content, Content::Magnet(_)) && **i >= parsed.view.file_count.max(1)
+            })
         {
             return Err(BackendError::FileIndexOutOfRange(*bad));
         }
+        let wanted: std::collections::BTreeSet<u32> = req.files_wanted.iter().copied().collect();
+        let unwanted: Vec<u32> = req
+            .files_unwanted
+            .iter()
+            .copied()
+            .filter(|i| !wanted.contains(i))
+            .collect::<std::collections::BTreeSet<u32>>()
+            .into_iter()
+            .collect();
         let hash = parsed.view.hash;
         let (dir, paused) = {
             let st = self.lock();
@@ -349,6 +363,7 @@ impl Backend for EngineBackend {
                 limits: super::state::Limits::default(),
                 finished: false,
                 peers: link_peers,
+                unwanted,
             };
             let e = entry(&self.0.dir, record, content, parsed, now);
             let added = AddedTransfer {

@@ -169,6 +169,34 @@ impl Entry {
         self.run = (i.downloaded.0 + i.downloaded.1, i.uploaded.0 + i.uploaded.1);
     }
 
+    /// One flag per file of its torrent, from the record's `unwanted`
+    /// (`None`: every file wanted, or not a torrent yet). Indices past the
+    /// torrent's files (given with a magnet before its metadata) are
+    /// ignored.
+    fn wanted_files(&self) -> Option<Arc<[bool]>> {
+        let Content::Torrent(meta) = &self.content else {
+            return None;
+        };
+        if self.record.unwanted.is_empty() {
+            return None;
+        }
+        let mut flags = vec![true; meta.info.files.len()];
+        for &i in &self.record.unwanted {
+            if let Some(f) = flags.get_mut(i as usize) {
+                *f = false;
+            }
+        }
+        Some(flags.into())
+    }
+
+    /// Marks its file views wanted or not, from the record.
+    fn mark_wanted(&mut self) {
+        for (i, f) in self.files.iter_mut().enumerate() {
+            f.wanted = self.record.unwanted.binary_search(&(i as u32)).is_err();
+        }
+        self.list_view = None;
+    }
+
     /// The record as it is to be saved: traffic of every run so far.
     fn to_record(&self) -> Record {
         Record {
@@ -481,7 +509,7 @@ impl EngineBackend {
     /// background; with `recheck` every piece on disk is hashed again
     /// instead of trusting the journal).
     fn launch(&self, id: TransferId, recheck: bool) {
-        let (content, dir, paused, peers) = {
+        let (content, dir, paused, peers, files) = {
             let mut st = self.lock();
             let Some(e) = st.entries.get_mut(&id) else {
                 return;
@@ -498,6 +526,7 @@ impl EngineBackend {
                 e.record.download_dir.clone(),
                 e.record.paused,
                 e.record.peers.clone(),
+                e.wanted_files(),
             )
         };
         let me = self.clone();
@@ -516,7 +545,7 @@ impl EngineBackend {
                             peers,
                             seed: true,
                             paused,
-                            files: None,
+                            files,
                         })
                         .await
                 }
@@ -697,7 +726,7 @@ fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: 
     if let RecordSource::Torrent { info_hash } = &record.source {
         view.torrent_file = Arc::from(dir.torrent_path(info_hash).to_string_lossy().as_ref());
     }
-    Entry {
+    let mut e = Entry {
         started: (!record.paused).then_some(now),
         edited: now,
         earlier: (record.downloaded, record.uploaded),
@@ -714,7 +743,9 @@ fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: 
         failed: None,
         content,
         record,
-    }
+    };
+    e.mark_wanted();
+    e
 }
 
 /// Deletes a transfer's files, its journal and lock, and the folder made

@@ -159,6 +159,11 @@ pub struct Record {
     /// Peers to dial besides what trackers say (a magnet's `x.pe`).
     #[serde(default)]
     pub peers: Vec<std::net::SocketAddr>,
+    /// Files not wanted (`files-unwanted`), by index, sorted, no
+    /// duplicates: their pieces are not fetched and files sharing none
+    /// with wanted ones are not created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwanted: Vec<u32>,
 }
 
 /// Session settings that persist (what `session-set` changed).
@@ -495,6 +500,7 @@ mod tests {
                     },
                     finished: false,
                     peers: vec!["127.0.0.1:6881".parse().unwrap()],
+                    unwanted: vec![0, 2],
                 },
                 Record {
                     id: 3,
@@ -511,6 +517,7 @@ mod tests {
                     limits: Limits::default(),
                     finished: true,
                     peers: Vec::new(),
+                    unwanted: Vec::new(),
                 },
             ],
             caps: SavedCaps {

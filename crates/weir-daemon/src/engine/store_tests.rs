@@ -25,6 +25,7 @@ fn rec(id: u64) -> Record {
         limits: Limits::default(),
         finished: false,
         peers: Vec::new(),
+        unwanted: Vec::new(),
     }
 }
 

@@ -176,7 +176,9 @@ pub(super) fn fill(
                 Phase::Checking => TransferState::Verifying,
                 // Complete from the start (its journal says so), the
                 // session has no completion time for it: it seeds.
-                Phase::Downloading if size > 0 && i.bytes_had >= size => TransferState::Seeding,
+                Phase::Downloading if i.wanted > 0 && i.bytes_had >= i.wanted => {
+                    TransferState::Seeding
+                }
                 Phase::Downloading => TransferState::Downloading,
                 Phase::Seeding => TransferState::Seeding,
                 Phase::Paused | Phase::Failed => TransferState::Stopped,
@@ -184,9 +186,11 @@ pub(super) fn fill(
             if let Some(err) = &i.error {
                 v.error = TransferError::Local(Arc::from(err.as_str()));
             }
-            v.have_valid = i.bytes_had.min(size);
-            v.left_until_done = size - v.have_valid;
-            v.size_when_done = size;
+            // Of the wanted pieces only (`files-unwanted`), as Transmission.
+            let wanted = i.wanted.min(size);
+            v.have_valid = i.bytes_had.min(wanted);
+            v.left_until_done = wanted - v.have_valid;
+            v.size_when_done = wanted;
             v.downloaded_ever = e.earlier.0 + i.downloaded.0 + i.downloaded.1;
             v.uploaded_ever = e.earlier.1 + i.uploaded.0 + i.uploaded.1;
             let running = matches!(v.state, TransferState::Downloading | TransferState::Seeding);

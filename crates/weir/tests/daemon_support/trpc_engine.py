@@ -77,11 +77,23 @@ assert ch.upload_limit == 45 and ch.upload_limited, (ch.upload_limit, ch.upload_
 assert ch.labels == ["tv", "hd"], ch.labels
 assert abs(ch.seed_ratio_limit - 1.5) < 1e-9, ch.seed_ratio_limit
 assert ch.seed_ratio_mode == 1, ch.seed_ratio_mode
+# File selection: the one file unwanted, then wanted again, read back.
+c.change_torrent(t.id, files_unwanted=[0])
+w = c.get_torrent(t.id, arguments=["id", "wanted"])
+assert [bool(x) for x in w.fields["wanted"]] == [False], w.fields["wanted"]
+c.change_torrent(t.id, files_wanted=[0])
+w = c.get_torrent(t.id, arguments=["id", "wanted"])
+assert [bool(x) for x in w.fields["wanted"]] == [True], w.fields["wanted"]
 try:
-    c.change_torrent(t.id, files_unwanted=[0])
-    raise AssertionError("files_unwanted accepted")
+    c.change_torrent(t.id, files_unwanted=[5])
+    raise AssertionError("files_unwanted past the last file accepted")
 except TransmissionError as e:
-    assert "files-unwanted" in str(e), str(e)
+    assert "5" in str(e), str(e)
+try:
+    c.change_torrent(t.id, priority_high=[0])
+    raise AssertionError("priority_high accepted")
+except TransmissionError as e:
+    assert "priority" in str(e), str(e)
 print("change_torrent ok")
 
 data = os.path.join(downloads, name)

@@ -48,8 +48,13 @@ impl Session {
                 continue;
             };
             let files = &b.meta.info.files;
+            // A deselected file is not fetched, by either network.
+            let wanted = |i: usize| {
+                let offset: u64 = files[..i].iter().map(|f| f.length).sum();
+                !b.torrent.deselected(offset, files[i].length)
+            };
             if let Some(i) = files.iter().position(|f| f.ed2k == Some(link.hash.0)) {
-                return Some((*id, i));
+                return wanted(i).then_some((*id, i));
             }
             let by_size = files.iter().position(|f| {
                 f.length == link.size
@@ -57,7 +62,7 @@ impl Session {
                     && (link.name.is_empty() || f.path.last().is_some_and(|n| *n == link.name))
             });
             if let Some(i) = by_size {
-                return Some((*id, i));
+                return wanted(i).then_some((*id, i));
             }
         }
         None

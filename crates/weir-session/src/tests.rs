@@ -686,3 +686,45 @@ fn a_peer_s_dht_port_reaches_the_runtime_and_private_torrents_advertise_no_dht()
     assert_eq!(nodes, [SocketAddr::from(([127, 0, 0, 9], 7000))]);
     assert!(s.transfer_counts(public).unwrap().peers >= 1);
 }
+
+#[test]
+fn an_ed2k_link_does_not_join_a_deselected_file_of_a_torrent() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    // Two files of 65,536 bytes: pieces 0-1 and 2-3.
+    let mut m = (*meta(9)).clone();
+    m.info.files = vec![
+        FileEntry {
+            path: vec!["a.bin".into()],
+            length: 65_536,
+            ed2k: None,
+        },
+        FileEntry {
+            path: vec!["b.bin".into()],
+            length: 34_464,
+            ed2k: None,
+        },
+    ];
+    m.info.single_file = false;
+    let n = m.info.piece_count();
+    let mut wanted = Bitfield::new(n);
+    wanted.set(0);
+    wanted.set(1);
+    s.add_torrent(
+        AddTorrent {
+            meta: Arc::new(m),
+            had: Bitfield::new(n),
+            check: Bitfield::new(n),
+            partial: Vec::new(),
+            peers: vec![],
+            paused: false,
+            seed: false,
+            download: true,
+            wanted: Some(wanted),
+        },
+        now,
+    )
+    .unwrap();
+    assert!(s.ed2k_joins(&ed2k_link("a.bin", 65_536, 1)).is_some());
+    assert_eq!(s.ed2k_joins(&ed2k_link("b.bin", 34_464, 2)), None);
+}

@@ -464,6 +464,17 @@ impl Torrent {
         self.content.set_order(order);
     }
 
+    /// Whether the bytes `offset..offset + len` are deselected (some piece
+    /// under them is skipped: a wanted file's pieces never are).
+    pub fn deselected(&self, offset: u64, len: u64) -> bool {
+        let pl = u64::from(self.geo.piece_len()).max(1);
+        if len == 0 {
+            return false;
+        }
+        let (first, last) = (offset / pl, (offset + len - 1) / pl);
+        (first..=last).any(|p| u32::try_from(p).is_ok_and(|p| self.content.is_skipped(p)))
+    }
+
     /// A connection finished its handshake: from now on it is a peer.
     pub fn add_peer(&mut self, conn: ConnId, addr: SocketAddr, theirs: &Handshake, now: Instant) {
         self.add_peer_after(conn, addr, theirs, false, now);

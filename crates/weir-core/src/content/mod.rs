@@ -342,6 +342,11 @@ impl Content {
         self.picker.skip(piece);
     }
 
+    /// Whether `piece` holds only deselected files (never fetched).
+    pub fn is_skipped(&self, piece: u32) -> bool {
+        self.picker.is_skipped(piece)
+    }
+
     /// Bytes of the pieces not skipped: what is held once complete.
     pub fn bytes_wanted(&self) -> u64 {
         self.picker.bytes_wanted()

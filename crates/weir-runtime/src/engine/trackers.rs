@@ -29,7 +29,11 @@ pub(crate) struct Standing {
     pub(crate) uploaded: u64,
     pub(crate) downloaded: u64,
     pub(crate) left: u64,
+    /// The wanted pieces are all had (not starving).
     pub(crate) complete: bool,
+    /// Every piece is had: `completed` is announced (a download of some
+    /// files only is a partial seed and does not say it, as Transmission).
+    pub(crate) seed: bool,
     pub(crate) peers: usize,
 }
 
@@ -144,7 +148,7 @@ impl Announcer {
 
 async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
     let mut event = Some(AnnounceEvent::Started);
-    let mut completed_sent = ctx.standing.borrow().complete;
+    let mut completed_sent = ctx.standing.borrow().seed;
     let mut failures = 0u32;
     loop {
         let wait = match announce(&mut ctx, event).await {
@@ -173,8 +177,8 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
                     if changed.is_err() {
                         return;
                     }
-                    let complete = ctx.standing.borrow().complete;
-                    if complete && !completed_sent {
+                    let seed = ctx.standing.borrow().seed;
+                    if seed && !completed_sent {
                         completed_sent = true;
                         event = Some(AnnounceEvent::Completed);
                         break;

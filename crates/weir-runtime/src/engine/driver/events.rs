@@ -181,9 +181,11 @@ impl Driver {
         let Some(meta) = self.session.metainfo(id) else {
             return;
         };
+        let stats = t.stats(Instant::now());
         let standing = Standing {
-            left: t.stats(Instant::now()).bytes_left,
+            left: stats.bytes_left,
             complete: t.is_complete(),
+            seed: t.had().is_full(),
             ..Standing::default()
         };
         let me = crate::engine::trackers::Announcing {

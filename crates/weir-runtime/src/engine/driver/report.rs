@@ -80,6 +80,7 @@ impl Driver {
                         downloaded: t.downloaded.0,
                         left: t.wanted - t.bytes_had.min(t.wanted),
                         complete: t.complete_at.is_some(),
+                        seed: t.complete_at.is_some() && t.wanted == t.size,
                         peers: t.peers,
                     };
                     let changed = *s != new;

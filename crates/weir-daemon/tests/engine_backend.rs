@@ -278,14 +278,24 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
         }
     );
     assert_eq!(&*v.labels, &["x".to_string()]);
-    // File selection is refused naming it, and nothing changes.
-    let unwanted = TransferChange {
-        files_unwanted: Some(FileSet::Indices(vec![0])),
+    // File priorities are refused naming them, a file index past the
+    // last is refused, and nothing changes either time.
+    let high = TransferChange {
+        priority_high: Some(FileSet::Indices(vec![0])),
         download_limit: Some(1),
         ..TransferChange::default()
     };
-    match b.change(one_sel(), unwanted).await {
-        Err(BackendError::Unsupported(m)) => assert!(m.contains("files-unwanted"), "{m}"),
+    match b.change(one_sel(), high).await {
+        Err(BackendError::Unsupported(m)) => assert!(m.contains("priority"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let past = TransferChange {
+        files_unwanted: Some(FileSet::Indices(vec![7])),
+        download_limit: Some(1),
+        ..TransferChange::default()
+    };
+    match b.change(one_sel(), past).await {
+        Err(BackendError::FileIndexOutOfRange(7)) => {}
         other => panic!("{other:?}"),
     }
     assert_eq!(list(&b).await[0].download_limit.kbps, 40);

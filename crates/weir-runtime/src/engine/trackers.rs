@@ -170,7 +170,17 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
                 _ = &mut sleep => break,
                 _ = ctx.again.notified() => break,
                 _ = &mut stop => {
-                    let _ = tokio::time::timeout(STOP_TIMEOUT, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
+                    // A download that ends the run completes and stops at
+                    // once (the engine publishes the completion, then stops
+                    // its announcers): both wake this select, which may take
+                    // the stop first. The tracker hears `completed` before
+                    // `stopped` either way, each bounded by half the stop
+                    // time.
+                    let half = STOP_TIMEOUT / 2;
+                    if ctx.standing.borrow().seed && !completed_sent {
+                        let _ = tokio::time::timeout(half, announce(&mut ctx, Some(AnnounceEvent::Completed))).await;
+                    }
+                    let _ = tokio::time::timeout(half, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
                     return;
                 }
                 changed = ctx.standing.changed() => {

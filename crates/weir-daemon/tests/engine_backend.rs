@@ -478,6 +478,27 @@ async fn an_ed2k_magnet_is_added_as_its_ed2k_link() -> anyhow::Result<()> {
         }
     }
     assert_eq!(list(&b).await.len(), 1);
+    // An eD2k download is one file: it cannot leave it unwanted.
+    let mut add = AddRequest::new(AddSource::Ed2k(
+        "ed2k://|file|n.bin|5000|D3B6B09D73D3FE0DD41DDE5ED244215B|/".into(),
+    ));
+    add.files_unwanted = vec![0];
+    match b.add(add).await {
+        Err(BackendError::Unsupported(m)) => assert!(m.contains("one file"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // A magnet's files are not known yet, but a list longer than any
+    // torrent's is refused before anything is kept.
+    let mut add = AddRequest::new(AddSource::Magnet(format!(
+        "magnet:?xt=urn:btih:{}",
+        "ab".repeat(20)
+    )));
+    add.files_unwanted = (0..(1u32 << 20) + 1).collect();
+    match b.add(add).await {
+        Err(BackendError::Invalid(m)) => assert!(m.contains("file indices"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(list(&b).await.len(), 1);
     stop(e).await;
     Ok(())
 }

@@ -281,6 +281,14 @@ impl Backend for EngineBackend {
                 "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
             ));
         }
+        // More files than any torrent's metadata can name (the index
+        // lists are otherwise bounded only by the body size).
+        const MAX_LISTED: usize = 1 << 20;
+        if req.files_unwanted.len() > MAX_LISTED || req.files_wanted.len() > MAX_LISTED {
+            return Err(BackendError::Invalid(format!(
+                "files-wanted/files-unwanted: more than {MAX_LISTED} file indices"
+            )));
+        }
         // A magnet's files are known only once its metadata is: indices
         // past them are then ignored (as BEP 53 says of `so=`).
         if let Some(bad) = req

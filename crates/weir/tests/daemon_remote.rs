@@ -478,3 +478,70 @@ fn files_unwanted_are_not_fetched_kept_across_a_restart_and_fetched_once_wanted(
     assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
     Ok(())
 }
+
+#[test]
+fn a_magnet_s_so_selects_the_files_once_its_metadata_arrives() -> anyhow::Result<()> {
+    if !ready()? {
+        return Ok(());
+    }
+    let ns = Netns::new("dmselso")?;
+    let dir = TempDir::new("daemon-select-so")?;
+    let data = dir.subdir("data")?;
+    let downloads = dir.subdir("downloads")?;
+    let state = dir.path().join("state");
+    let logs = dir.subdir("logs")?;
+    let piece = 256u64 << 10;
+    let (a, b, c) = (2 * piece, 4 * piece, 100_000);
+    let torrent = tree_and_torrent(
+        &data,
+        "set",
+        &[("set/a.bin", a), ("set/b.bin", b), ("set/c.bin", c)],
+        22,
+        None,
+    )?;
+    let hash = weir_lab::torrent::TorrentInfo::read(&torrent)?.info_hash_hex();
+    let mut daemon = Daemon::start(
+        &ns,
+        &downloads,
+        &state,
+        &logs,
+        "weir-daemon",
+        &["--no-trackers"],
+    )?;
+    let _seed = weir_lab::bt::start_seed_with(
+        &ns,
+        &weir_lab::bt::Client::Libtorrent,
+        &torrent,
+        &data,
+        "127.0.0.1:6881".parse()?,
+        &weir_lab::bt::Options {
+            dial: Some(PEERS.parse()?),
+            extra_args: vec!["--ut-metadata".into()],
+            ..weir_lab::bt::Options::default()
+        },
+    )?;
+    // Files 1 and 2 (BEP 53 numbers from 0); 9 is past the files.
+    let magnet = format!("magnet:?xt=urn:btih:{hash}&dn=set&x.pe=127.0.0.1:6881&so=1-2,9");
+    let out = remote(&ns, &["-a", &magnet])?;
+    assert!(out.contains("responded: \"success\""), "{out}");
+    let t = wait_for(
+        &ns,
+        &["id", "sizeWhenDone", "leftUntilDone", "wanted"],
+        Duration::from_secs(120),
+        "the selected files complete",
+        |t| {
+            t.len() == 1
+                && t[0]["wanted"] == serde_json::json!([0, 1, 1])
+                && num(&t[0], "leftUntilDone") == 0
+        },
+    )?;
+    assert_eq!(num(&t[0], "sizeWhenDone"), b + c, "{t:?}");
+    payload::files_equal(&data.join("set/b.bin"), &downloads.join("set/b.bin"))?;
+    payload::files_equal(&data.join("set/c.bin"), &downloads.join("set/c.bin"))?;
+    assert!(
+        !downloads.join("set/a.bin").exists(),
+        "a file left out by so= was created"
+    );
+    assert_eq!(daemon.terminate(Duration::from_secs(30))?, 143);
+    Ok(())
+}

@@ -63,7 +63,8 @@ function makeRow(t) {
     template.innerHTML = '<td class="name"></td><td class="progress"><div class="bar"><i></i><b></b></div></td>'
       + '<td class="size"></td><td class="down"></td><td class="up"></td><td class="peers"></td>'
       + '<td class="eta"></td><td class="state"></td><td class="actions">'
-      + '<button class="toggle"></button><button class="remove">Remove</button>'
+      + '<button class="toggle"></button><button class="files">Files</button>'
+      + '<button class="remove">Remove</button>'
       + '<button class="remove-data">Remove + data</button></td>';
   }
   // Cloning a parsed row is much cheaper than parsing HTML per row.
@@ -184,6 +185,50 @@ function readBase64(file) {
   });
 }
 
+// The files of one transfer, each with a box: ticked is fetched. A box
+// changed is sent at once (torrent-set files-wanted / files-unwanted),
+// and the list is read back from the server.
+let filesOf = null;
+async function showFiles(id) {
+  try {
+    const r = await rpc('torrent-get', { ids: [id], fields: ['id', 'name', 'files', 'wanted'] });
+    const t = (r.torrents || [])[0];
+    if (!t) { message(`Files: transfer ${id} is gone`, true); return; }
+    filesOf = id;
+    document.getElementById('files-name').textContent = t.name;
+    const list = document.getElementById('file-list');
+    list.textContent = '';
+    (t.files || []).forEach((f, i) => {
+      const li = document.createElement('li');
+      const label = document.createElement('label');
+      const box = document.createElement('input');
+      box.type = 'checkbox';
+      box.dataset.index = i;
+      box.checked = !!(t.wanted || [])[i];
+      label.append(box, ` ${f.name} (${size(f.length)})`);
+      li.append(label);
+      list.append(li);
+    });
+    document.getElementById('files').hidden = false;
+  } catch (e) { message(`Files: ${e.message}`, true); }
+}
+
+async function setWanted(box) {
+  const id = filesOf;
+  const key = box.checked ? 'files-wanted' : 'files-unwanted';
+  try {
+    await rpc('torrent-set', { ids: [id], [key]: [Number(box.dataset.index)] });
+    const r = await rpc('torrent-get', { ids: [id], fields: ['id', 'wanted'] });
+    const w = ((r.torrents || [])[0] || {}).wanted || [];
+    document.querySelectorAll('#file-list input').forEach((b) => { b.checked = !!w[Number(b.dataset.index)]; });
+    message(`Files of ${document.getElementById('files-name').textContent}: `
+      + `${w.filter((x) => x).length} of ${w.length} files wanted`, false);
+  } catch (e) {
+    box.checked = !box.checked;
+    message(`Files: ${e.message}`, true);
+  }
+}
+
 async function loadCaps() {
   const s = await rpc('session-get', { fields: ['speed-limit-down', 'speed-limit-down-enabled',
     'speed-limit-up', 'speed-limit-up-enabled'] });
@@ -199,7 +244,8 @@ function wire() {
     if (!b) return;
     const id = Number(b.closest('tr').dataset.id);
     const row = rows.get(id);
-    if (b.classList.contains('pause')) act('torrent-stop', id);
+    if (b.classList.contains('files')) showFiles(id);
+    else if (b.classList.contains('pause')) act('torrent-stop', id);
     else if (b.classList.contains('resume')) act('torrent-start', id);
     else if (b.classList.contains('remove')) act('torrent-remove', id);
     else if (b.classList.contains('remove-data')) {
@@ -207,6 +253,13 @@ function wire() {
         act('torrent-remove', id, { 'delete-local-data': true });
       }
     }
+  });
+  document.getElementById('file-list').addEventListener('change', (ev) => {
+    if (ev.target.matches('input[type=checkbox]')) setWanted(ev.target);
+  });
+  document.getElementById('files-close').addEventListener('click', () => {
+    document.getElementById('files').hidden = true;
+    filesOf = null;
   });
   document.getElementById('add-link').addEventListener('submit', async (ev) => {
     ev.preventDefault();

@@ -63,6 +63,24 @@ try {
   check((await page.textContent('#message')).includes(torrentName), 'add message');
   console.log(`added ${torrentName} as ${addedId}`);
 
+  // Its files: untick the first, and the server says so when asked again.
+  await page.click(`#rows tr[data-id="${addedId}"] button.files`);
+  const box = page.locator('#file-list input[type=checkbox]').first();
+  await box.waitFor();
+  check(await box.isChecked(), 'a new transfer wants its first file');
+  const nFiles = await page.locator('#file-list input[type=checkbox]').count();
+  await box.uncheck();
+  await page.waitForFunction((n) => document.getElementById('message').textContent
+    .endsWith(`${n - 1} of ${n} files wanted`), nFiles);
+  await page.click('#files-close');
+  await page.click(`#rows tr[data-id="${addedId}"] button.files`);
+  await page.waitForFunction(() => {
+    const b = document.querySelector('#file-list input[type=checkbox]');
+    return b && !b.checked;
+  });
+  await page.click('#files-close');
+  console.log(`unticked file 0 of ${nFiles} and read it back`);
+
   // Pause one.
   await page.click('#rows tr[data-id="2"] button.pause');
   await page.waitForFunction(() =>

@@ -120,28 +120,7 @@ async fn huge_tracker(peers: u32) -> SocketAddr {
     let mut body = format!("d8:intervali1800e5:peers{}:", compact.len()).into_bytes();
     body.extend_from_slice(&compact);
     body.push(b'e');
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-            let _ = s.write_all(&body).await;
-            let _ = s.shutdown().await;
-        }
-    });
-    addr
+    http_tracker(body).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

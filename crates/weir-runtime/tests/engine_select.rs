@@ -9,54 +9,16 @@ mod engine_common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use engine_common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use weir_bt::create::{TorrentBuilder, hash_pieces};
 use weir_bt::metainfo::Metainfo;
 use weir_runtime::engine::Engine;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const PIECE: u32 = 64 * 1024;
-
-/// A tracker that answers every announce with no peers and keeps the
-/// request lines.
-async fn logging_tracker() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let kept = log.clone();
-    tokio::spawn(async move {
-        let body = b"d8:intervali1800e5:peers0:e";
-        while let Ok((mut s, _)) = l.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            kept.lock().unwrap().push(line);
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-            let _ = s.write_all(body).await;
-            let _ = s.shutdown().await;
-        }
-    });
-    (addr, log)
-}
 
 /// `dir/set/{a,b}.bin`, two pieces each, and a torrent of them.
 fn two_files(dir: &Path, tracker: SocketAddr) -> (Arc<Metainfo>, Vec<u8>) {
@@ -99,7 +61,7 @@ async fn fetch(
 async fn some_files_are_fetched_and_a_partial_seed_does_not_announce_completed() {
     tokio::time::timeout(LIMIT, async {
         let src = tmp("select-src");
-        let (tracker, log) = logging_tracker().await;
+        let (tracker, log) = http_tracker(b"d8:intervali1800e5:peers0:e".to_vec()).await;
         let (meta, data) = two_files(&src, tracker);
         let (seed, _) = seeder(meta.clone(), &src, config()).await;
         let at = seed.bt_addr.unwrap();

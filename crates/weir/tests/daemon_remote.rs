@@ -366,6 +366,25 @@ fn an_ed2k_link_added_over_rpc_downloads_and_bad_adds_are_refused() -> anyhow::R
     Ok(())
 }
 
+/// `data/set/{a,b,c}.bin` and a torrent of them in 256 KiB pieces: a.bin
+/// is pieces 0-1, b.bin 2-5, c.bin piece 6, so no file shares a piece.
+/// The torrent and the three sizes.
+fn three_files(
+    data: &std::path::Path,
+    seed: u64,
+) -> anyhow::Result<(std::path::PathBuf, (u64, u64, u64))> {
+    let piece = 256u64 << 10;
+    let (a, b, c) = (2 * piece, 4 * piece, 100_000);
+    let torrent = tree_and_torrent(
+        data,
+        "set",
+        &[("set/a.bin", a), ("set/b.bin", b), ("set/c.bin", c)],
+        seed,
+        None,
+    )?;
+    Ok((torrent, (a, b, c)))
+}
+
 #[test]
 fn files_unwanted_are_not_fetched_kept_across_a_restart_and_fetched_once_wanted()
 -> anyhow::Result<()> {
@@ -378,17 +397,8 @@ fn files_unwanted_are_not_fetched_kept_across_a_restart_and_fetched_once_wanted(
     let downloads = dir.subdir("downloads")?;
     let state = dir.path().join("state");
     let logs = dir.subdir("logs")?;
-    // 256 KiB pieces: a.bin is pieces 0-1, b.bin 2-5, c.bin piece 6; b.bin
-    // shares no piece with the others.
+    let (torrent, (a, b, c)) = three_files(&data, 21)?;
     let piece = 256u64 << 10;
-    let (a, b, c) = (2 * piece, 4 * piece, 100_000);
-    let torrent = tree_and_torrent(
-        &data,
-        "set",
-        &[("set/a.bin", a), ("set/b.bin", b), ("set/c.bin", c)],
-        21,
-        None,
-    )?;
     let mut daemon = Daemon::start(
         &ns,
         &downloads,
@@ -490,15 +500,7 @@ fn a_magnet_s_so_selects_the_files_once_its_metadata_arrives() -> anyhow::Result
     let downloads = dir.subdir("downloads")?;
     let state = dir.path().join("state");
     let logs = dir.subdir("logs")?;
-    let piece = 256u64 << 10;
-    let (a, b, c) = (2 * piece, 4 * piece, 100_000);
-    let torrent = tree_and_torrent(
-        &data,
-        "set",
-        &[("set/a.bin", a), ("set/b.bin", b), ("set/c.bin", c)],
-        22,
-        None,
-    )?;
+    let (torrent, (_, b, c)) = three_files(&data, 22)?;
     let hash = weir_lab::torrent::TorrentInfo::read(&torrent)?.info_hash_hex();
     let mut daemon = Daemon::start(
         &ns,

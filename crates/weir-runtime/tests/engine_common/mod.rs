@@ -329,3 +329,39 @@ pub(crate) fn queued_when_dropped(line: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no figure in {line}"))
 }
+
+/// A fake HTTP tracker on 127.0.0.1 answering every announce with `body`
+/// (a bencoded response); the request lines it got, in order.
+pub(crate) async fn http_tracker(body: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::AsyncWriteExt;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let kept = log.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            kept.lock().unwrap().push(line);
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+            let _ = s.write_all(&body).await;
+            let _ = s.shutdown().await;
+        }
+    });
+    (addr, log)
+}

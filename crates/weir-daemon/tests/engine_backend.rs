@@ -502,3 +502,31 @@ async fn an_ed2k_magnet_is_added_as_its_ed2k_link() -> anyhow::Result<()> {
     stop(e).await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selection_is_counted_before_the_engine_holds_the_transfer() -> anyhow::Result<()> {
+    let (dir, state, downloads) = tmp("engine-backend-select-absent")?;
+    let (torrent, _) = make_torrent(dir.path(), "sel", &[("a.txt", 300_000), ("b.txt", 200_000)])?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    // A download directory that is a file: its storage cannot open, so
+    // the transfer stays out of the engine, failed.
+    let not_a_dir = dir.path().join("not-a-dir");
+    std::fs::write(&not_a_dir, b"x")?;
+    let mut req = AddRequest::new(AddSource::Metainfo(Bytes::from(std::fs::read(&torrent)?)));
+    req.download_dir = Some(not_a_dir);
+    req.files_unwanted = vec![1];
+    b.add(req).await?;
+    let t = wait(&b, "the add failed", |t| {
+        t.len() == 1 && !matches!(t[0].error, TransferError::None)
+    })
+    .await;
+    assert_eq!(t[0].total_size, 500_000);
+    assert_eq!(t[0].size_when_done, 300_000, "{:?}", t[0]);
+    assert_eq!(
+        t[0].files.iter().map(|f| f.wanted).collect::<Vec<_>>(),
+        [true, false]
+    );
+    stop(e).await;
+    Ok(())
+}

@@ -227,6 +227,13 @@ pub(super) fn fill(
         None => {
             v.downloaded_ever = e.earlier.0 + e.run.0;
             v.uploaded_ever = e.earlier.1 + e.run.1;
+            // Not in the engine (opening, failed): the wanted files' bytes
+            // until the engine counts the pieces.
+            if !e.record.unwanted.is_empty() {
+                let wanted: u64 = e.files.iter().filter(|f| f.wanted).map(|f| f.length).sum();
+                v.size_when_done = wanted;
+                v.left_until_done = v.left_until_done.min(wanted);
+            }
             v.state = match &absent {
                 Absent::Opening => TransferState::Verifying,
                 // Transmission lists a magnet fetching its metadata as

@@ -289,13 +289,17 @@ impl EngineBackend {
         if change.queue_position.is_some() {
             touched.push(Touch::Queue);
         }
-        self.persist(touched)
+        let persisted = self
+            .persist(touched)
             .await
-            .map_err(super::methods::state_err)?;
+            .map_err(super::methods::state_err);
+        // Taken out of the engine above: back with the new selection even
+        // when the state could not be saved (the error is still said).
         for (id, eid) in reselect {
             self.0.engine.remove_closed(eid).await;
             self.launch(id, false);
         }
+        persisted?;
         if let Some(location) = change.location {
             self.move_to(select, location, false).await?;
         }

@@ -10,6 +10,10 @@
 //! with nothing of the data present is refused. Then files are created or
 //! set to their exact lengths, the free space is checked, and the journal
 //! is rewritten compactly. [`Opened::start`] starts the workers.
+//!
+//! With a file selection ([`TransferSpec::selection`]) only the files the
+//! download writes are created, counted against free space and held to
+//! their sizes; the others are left as they are, or absent.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

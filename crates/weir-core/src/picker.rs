@@ -119,6 +119,8 @@ pub struct Picker {
     /// Pieces of deselected files: they stay skipped when a check fails
     /// or their data is lost, instead of becoming wanted again.
     unwanted: Bitfield,
+    /// Bytes of the pieces in [`State::Skipped`].
+    skipped_bytes: u64,
 }
 
 impl Picker {
@@ -139,6 +141,7 @@ impl Picker {
             free_blocks: 0,
             seq_cursor: 0,
             unwanted: Bitfield::new(n),
+            skipped_bytes: 0,
         };
         for i in 0..n {
             p.bucket_insert(i);
@@ -174,12 +177,11 @@ impl Picker {
         self.unwanted.get(piece)
     }
 
-    /// Bytes of the pieces not skipped: what is held once complete.
+    /// Bytes of the pieces not skipped: what is held once complete
+    /// (counted as pieces are skipped, not walked: stats read it for
+    /// every transfer at every report).
     pub fn bytes_wanted(&self) -> u64 {
-        (0..self.geo.piece_count())
-            .filter(|&i| self.state[i as usize] != State::Skipped)
-            .map(|i| u64::from(self.geo.piece_size(i)))
-            .sum()
+        self.geo.total_len() - self.skipped_bytes
     }
 
     /// Bytes of wanted pieces not yet verified.
@@ -207,6 +209,17 @@ impl Picker {
         };
         match st {
             State::Had => return,
+            State::Wanted | State::Partial => self.take_out(piece, st),
+            State::Skipped => self.skipped_bytes -= u64::from(self.geo.piece_size(piece)),
+        }
+        self.state[piece as usize] = State::Had;
+        self.had.set(piece);
+    }
+
+    /// Takes a wanted or partial `piece` out of what is picked from (its
+    /// bucket, or its partial blocks) and out of the free block count.
+    fn take_out(&mut self, piece: u32, st: State) {
+        match st {
             State::Wanted => {
                 self.bucket_remove(piece);
                 self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
@@ -216,10 +229,14 @@ impl Picker {
                     self.free_blocks -= u64::from(p.free);
                 }
             }
-            State::Skipped => {}
+            State::Had | State::Skipped => {}
         }
-        self.state[piece as usize] = State::Had;
-        self.had.set(piece);
+    }
+
+    /// `piece` (no longer picked from) becomes skipped.
+    fn mark_skipped(&mut self, piece: u32) {
+        self.state[piece as usize] = State::Skipped;
+        self.skipped_bytes += u64::from(self.geo.piece_size(piece));
     }
 
     /// Marks the first `bytes` of a wanted `piece` received (rounded down to
@@ -254,7 +271,7 @@ impl Picker {
         }
         self.had.clear(piece);
         if self.unwanted.get(piece) {
-            self.state[piece as usize] = State::Skipped;
+            self.mark_skipped(piece);
             return;
         }
         self.state[piece as usize] = State::Wanted;
@@ -271,19 +288,10 @@ impl Picker {
             return;
         };
         self.unwanted.set(piece);
-        match st {
-            State::Wanted => {
-                self.bucket_remove(piece);
-                self.free_blocks -= u64::from(self.geo.blocks_in_piece(piece));
-            }
-            State::Partial => {
-                if let Some(p) = self.partial.remove(&piece) {
-                    self.free_blocks -= u64::from(p.free);
-                }
-            }
-            State::Had | State::Skipped => return,
+        if matches!(st, State::Wanted | State::Partial) {
+            self.take_out(piece, st);
+            self.mark_skipped(piece);
         }
-        self.state[piece as usize] = State::Skipped;
     }
 
     /// A peer announced one more piece.
@@ -461,7 +469,7 @@ impl Picker {
         if let Some(p) = self.partial.remove(&piece) {
             self.free_blocks -= u64::from(p.free);
             if self.unwanted.get(piece) {
-                self.state[piece as usize] = State::Skipped;
+                self.mark_skipped(piece);
                 return;
             }
             self.state[piece as usize] = State::Wanted;
@@ -672,6 +680,27 @@ mod tests {
         p.piece_verified(3);
         assert!(p.is_complete());
         assert!(!p.in_endgame());
+    }
+
+    proptest::proptest! {
+        /// The wanted bytes kept as a count match a walk of the states,
+        /// whatever mix of skips, verifications and losses came before.
+        #[test]
+        fn wanted_bytes_match_the_states(ops in proptest::collection::vec((0u8..3, 0u32..9), 0..60)) {
+            let mut p = Picker::new(geo(9, 2), Order::RarestFirst, 3);
+            for (op, piece) in ops {
+                match op {
+                    0 => p.skip(piece),
+                    1 => p.set_had(piece),
+                    _ => p.lose(piece),
+                }
+                let walked: u64 = (0..9)
+                    .filter(|&i| p.state[i as usize] != State::Skipped)
+                    .map(|i| u64::from(p.geo.piece_size(i)))
+                    .sum();
+                proptest::prop_assert_eq!(p.bytes_wanted(), walked);
+            }
+        }
     }
 
     #[test]

@@ -14,13 +14,13 @@ use crate::bitfield::Bitfield;
 use crate::geometry::Geometry;
 use crate::storage::FileLayout;
 
-/// A file selection resolved against a transfer's layout.
+/// A file selection resolved against a transfer's layout. (Which files a
+/// list of indices names is `weir_bt::magnet::FileSelection::flags`.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selection {
-    wanted: Arc<[bool]>,
     touched: Arc<[bool]>,
     pieces: Bitfield,
-    bytes: u64,
+    everything: bool,
 }
 
 /// A selection that does not fit the transfer.
@@ -31,14 +31,6 @@ pub enum SelectionError {
     FileCount {
         /// Files in the selection.
         given: usize,
-        /// Files in the transfer.
-        files: usize,
-    },
-    /// A file index past the last file.
-    #[error("file {index} does not exist: the transfer has {files} files (numbered from 0)")]
-    NoSuchFile {
-        /// The index given.
-        index: u64,
         /// Files in the transfer.
         files: usize,
     },
@@ -66,51 +58,18 @@ impl Selection {
                 pieces.set(p);
             }
         }
-        let mut touched = wanted.clone();
+        let everything = wanted.iter().all(|&w| w);
+        let mut touched = wanted;
         for p in pieces.iter_ones() {
             for (fi, _, _) in layout.map(geo.piece_offset(p), u64::from(geo.piece_size(p))) {
                 touched[fi] = true;
             }
         }
-        let bytes = pieces
-            .iter_ones()
-            .map(|p| u64::from(geo.piece_size(p)))
-            .sum();
         Ok(Self {
-            wanted: wanted.into(),
             touched: touched.into(),
             pieces,
-            bytes,
+            everything,
         })
-    }
-
-    /// Resolves a list of wanted file indices (0-based, as BEP 53 numbers
-    /// them); an index past the last file is an error.
-    pub fn from_indices(
-        layout: &FileLayout,
-        geo: &Geometry,
-        indices: impl IntoIterator<Item = u64>,
-    ) -> Result<Self, SelectionError> {
-        let files = layout.files().len();
-        let mut wanted = vec![false; files];
-        for index in indices {
-            let i = usize::try_from(index)
-                .ok()
-                .filter(|&i| i < files)
-                .ok_or(SelectionError::NoSuchFile { index, files })?;
-            wanted[i] = true;
-        }
-        Self::new(layout, geo, wanted)
-    }
-
-    /// Whether file `i` is wanted.
-    pub fn wants(&self, i: usize) -> bool {
-        self.wanted.get(i).copied().unwrap_or(false)
-    }
-
-    /// One flag per file: wanted.
-    pub fn wanted(&self) -> &Arc<[bool]> {
-        &self.wanted
     }
 
     /// One flag per file: written by the download (wanted, or sharing a
@@ -124,14 +83,9 @@ impl Selection {
         &self.pieces
     }
 
-    /// Bytes of the needed pieces: what the transfer holds once done.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
     /// Whether every file is wanted (nothing to skip).
     pub fn is_everything(&self) -> bool {
-        self.wanted.iter().all(|&w| w)
+        self.everything
     }
 }
 
@@ -142,6 +96,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// The selection of the files at `indices`.
+    fn of(l: &FileLayout, geo: &Geometry, indices: &[usize]) -> Selection {
+        let mut wanted = vec![false; l.files().len()];
+        for &i in indices {
+            wanted[i] = true;
+        }
+        Selection::new(l, geo, wanted).expect("one flag per file")
+    }
+
+    /// Bytes of the needed pieces.
+    fn bytes(s: &Selection, geo: &Geometry) -> u64 {
+        s.pieces()
+            .iter_ones()
+            .map(|p| u64::from(geo.piece_size(p)))
+            .sum()
+    }
 
     fn layout(lens: &[u64]) -> FileLayout {
         FileLayout::new(
@@ -156,37 +127,33 @@ mod tests {
         // Pieces of 100: f0 0..150, f1 150..160, f2 160..400, f3 400..1000.
         let l = layout(&[150, 10, 240, 600]);
         let geo = Geometry::new(1000, 100, 16).expect("geometry");
-        let s = Selection::from_indices(&l, &geo, [1]).expect("valid");
+        let s = of(&l, &geo, &[1]);
         assert_eq!(s.pieces().iter_ones().collect::<Vec<_>>(), vec![1]);
         assert_eq!(&s.touched()[..], &[true, true, true, false]);
-        assert_eq!(s.bytes(), 100);
+        assert_eq!(bytes(&s, &geo), 100);
         assert!(!s.is_everything());
-        let all = Selection::from_indices(&l, &geo, 0..4).expect("valid");
+        let all = of(&l, &geo, &[0, 1, 2, 3]);
         assert!(all.is_everything());
         assert!(all.pieces().is_full());
-        assert_eq!(all.bytes(), 1000);
+        assert_eq!(bytes(&all, &geo), 1000);
     }
 
     #[test]
     fn bad_selections_are_named() {
         let l = layout(&[10, 10]);
         let geo = Geometry::new(20, 16, 16).expect("geometry");
-        assert_eq!(
-            Selection::from_indices(&l, &geo, [2]),
-            Err(SelectionError::NoSuchFile { index: 2, files: 2 })
-        );
-        let none = Selection::from_indices(&l, &geo, []).expect("valid");
-        assert_eq!((none.pieces().count(), none.bytes()), (0, 0));
+        let none = of(&l, &geo, &[]);
+        assert_eq!((none.pieces().count(), bytes(&none, &geo)), (0, 0));
         assert!(none.touched().iter().all(|&t| !t));
         assert_eq!(
             Selection::new(&l, &geo, vec![true]),
             Err(SelectionError::FileCount { given: 1, files: 2 })
         );
         assert!(
-            Selection::from_indices(&l, &geo, [u64::MAX])
+            Selection::new(&l, &geo, vec![true; 3])
                 .unwrap_err()
                 .to_string()
-                .contains("numbered from 0")
+                .contains("covers 3 files but the transfer has 2")
         );
     }
 
@@ -194,10 +161,10 @@ mod tests {
     fn an_empty_wanted_file_needs_no_piece_but_is_touched() {
         let l = layout(&[0, 50]);
         let geo = Geometry::new(50, 32, 16).expect("geometry");
-        let s = Selection::from_indices(&l, &geo, [0]).expect("valid");
+        let s = of(&l, &geo, &[0]);
         assert_eq!(s.pieces().count(), 0);
         assert_eq!(&s.touched()[..], &[true, false]);
-        assert_eq!(s.bytes(), 0);
+        assert_eq!(bytes(&s, &geo), 0);
     }
 
     proptest! {
@@ -231,13 +198,11 @@ mod tests {
                 }
             }
             for (i, w) in wanted.iter().enumerate() {
-                prop_assert_eq!(s.wants(i), *w);
                 if *w {
                     prop_assert!(s.touched()[i]);
                 }
             }
-            let bytes: u64 = s.pieces().iter_ones().map(|p| u64::from(geo.piece_size(p))).sum();
-            prop_assert_eq!(s.bytes(), bytes);
+            prop_assert_eq!(s.is_everything(), wanted.iter().all(|&w| w));
         }
     }
 }

@@ -58,7 +58,16 @@ fn session() -> Session {
 }
 
 fn add(s: &mut Session, tag: u8, now: Instant) -> TransferId {
-    let m = meta(tag);
+    add_meta(s, meta(tag), None, now)
+}
+
+/// Adds `m` to download, having nothing, wanting the pieces in `wanted`.
+fn add_meta(
+    s: &mut Session,
+    m: Arc<Metainfo>,
+    wanted: Option<Bitfield>,
+    now: Instant,
+) -> TransferId {
     let n = m.info.piece_count();
     s.add_torrent(
         AddTorrent {
@@ -70,7 +79,7 @@ fn add(s: &mut Session, tag: u8, now: Instant) -> TransferId {
             paused: false,
             seed: false,
             download: true,
-            wanted: None,
+            wanted,
         },
         now,
     )
@@ -710,21 +719,7 @@ fn an_ed2k_link_does_not_join_a_deselected_file_of_a_torrent() {
     let mut wanted = Bitfield::new(n);
     wanted.set(0);
     wanted.set(1);
-    s.add_torrent(
-        AddTorrent {
-            meta: Arc::new(m),
-            had: Bitfield::new(n),
-            check: Bitfield::new(n),
-            partial: Vec::new(),
-            peers: vec![],
-            paused: false,
-            seed: false,
-            download: true,
-            wanted: Some(wanted),
-        },
-        now,
-    )
-    .unwrap();
+    add_meta(&mut s, Arc::new(m), Some(wanted), now);
     assert!(s.ed2k_joins(&ed2k_link("a.bin", 65_536, 1)).is_some());
     assert_eq!(s.ed2k_joins(&ed2k_link("b.bin", 34_464, 2)), None);
 }

@@ -18,7 +18,7 @@
 //! (default 1024), `--runs N` (default 3).
 
 use std::net::{SocketAddr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -101,7 +101,6 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         bail!("weir create: {}", String::from_utf8_lossy(&st.stderr));
     }
     let info = weir_lab::torrent::TorrentInfo::read(&torrent)?;
-    warm_page_cache(dir.path(), size)?;
 
     let ns = Netns::new("bench-bt")?;
     let tracker = Tracker::start(&ns, a(TRACKER), &[info.info_hash_hex()])?;
@@ -173,6 +172,7 @@ fn leech_once(
 ) -> anyhow::Result<bt::LeechResult> {
     let out = dir.path().join(format!("out-{}", client.name()));
     let _ = std::fs::remove_dir_all(&out);
+    crate::common::warm_page_cache(dir.path(), size)?;
     std::fs::create_dir_all(&out)?;
     let timeout = Duration::from_secs(60 + size / 5_000_000);
     let lopts = Options {
@@ -222,16 +222,6 @@ fn leech_once(
         .context("downloaded file differs from the seed's")?;
     let _ = std::fs::remove_dir_all(&out);
     Ok(result)
-}
-
-/// Writes and deletes a file as large as the payload: on a fresh virtual
-/// machine, the first writer to touch guest memory pays for the host
-/// faulting it in, which would bill whichever client runs first.
-fn warm_page_cache(dir: &Path, size: u64) -> anyhow::Result<()> {
-    let p: PathBuf = dir.join("warm.bin");
-    payload::write(&p, size, 2)?;
-    std::fs::remove_file(&p)?;
-    Ok(())
 }
 
 /// Notes weir's time against the fastest real leecher and its CPU against

@@ -206,6 +206,21 @@ pub fn parse_payload_size(s: &str) -> anyhow::Result<u64> {
     Ok(b)
 }
 
+/// Writes and deletes a file as large as the payload, right before each
+/// timed run: on this kind of virtual machine memory the guest freed is
+/// handed back to the host (free page reporting, DAMON pageout) a few
+/// seconds later, and the next writer to touch it pays for the host
+/// faulting it in again. Measured here: weir's buffered writes into large
+/// page-cache folios took 9.3-10.2 s for 1 GiB after a libtorrent run
+/// (copy_folio_from_iter_atomic) and 1.5 s right after this warm-up, so
+/// without it the bill went to whichever client happened to run next.
+pub fn warm_page_cache(dir: &Path, size: u64) -> anyhow::Result<()> {
+    let p = dir.join("warm.bin");
+    weir_lab::payload::write(&p, size, 2)?;
+    std::fs::remove_file(&p)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -315,7 +315,7 @@ impl RunCtx<'_> {
         Ok(usage)
     }
 
-    fn weir_weir(&self, src: &Path, _size: u64) -> anyhow::Result<Measure> {
+    fn weir_weir(&self, src: &Path, size: u64) -> anyhow::Result<Measure> {
         let dir = TempDir::new("ed2k-bench-w2w")?;
         let allow = crate::common::BENCH_ALLOW;
         let (mut seed, link) = self.seed(
@@ -324,6 +324,7 @@ impl RunCtx<'_> {
             "127.0.0.1:0",
             &[],
         )?;
+        crate::common::warm_page_cache(dir.path(), size)?;
         let cpu0 = tree_cpu_s(seed.pid());
         let usage = self.get(
             self.weir(None, &dir.path().join("home-get"), allow),

@@ -11,6 +11,8 @@
 //!   measured request round trip, with per-peer slow start and hysteresis.
 //! - [`bucket`]: lock-free token buckets for literal global (and optional
 //!   per-transfer) bandwidth caps that redistribute by demand.
+//! - [`close`]: why a connection is closed and why an address is banned,
+//!   as types every core and the session return.
 //! - [`geometry`], [`bitfield`], [`picker`]: pieces, blocks, who has what,
 //!   and which block to ask for next (rarest first, sequential, endgame).
 //! - [`storage`]: the storage contract (operations a core asks for and their
@@ -31,6 +33,7 @@
 
 pub mod bitfield;
 pub mod bucket;
+pub mod close;
 pub mod content;
 pub mod geometry;
 pub mod meter;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use weir_bt::wire::Message;
+use weir_core::close::CloseReason;
 use weir_core::peers::{Admit, ConnCounts};
 use weir_core::storage::StorageEvent;
 use weir_ed2k::packet::Packet;
@@ -84,7 +85,7 @@ impl Session {
                     self.forget_conn(old, now, None);
                     self.events.push_back(SessionEvent::Close {
                         conn: old,
-                        reason: "too many handshakes in progress".into(),
+                        reason: CloseReason::TooManyHandshakes,
                     });
                 }
             }
@@ -337,7 +338,12 @@ impl Session {
     }
 
     /// Closes every connection of a transfer (paused, failed, removed).
-    pub(crate) fn close_transfer_conns(&mut self, id: TransferId, reason: &str, now: Instant) {
+    pub(crate) fn close_transfer_conns(
+        &mut self,
+        id: TransferId,
+        reason: CloseReason,
+        now: Instant,
+    ) {
         let conns: Vec<ConnId> = self
             .conns
             .iter()
@@ -348,7 +354,7 @@ impl Session {
             self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: reason.to_string(),
+                reason: reason.clone(),
             });
         }
     }
@@ -399,7 +405,7 @@ impl Session {
             self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: Refused::Full.to_string(),
+                reason: CloseReason::PeerLimit,
             });
             return;
         }

@@ -46,6 +46,7 @@ pub use types::{
     AddError, ConnId, Established, Hello, LogLevel, Proto, Refused, SessionEvent, TransferEvent,
     TransferId,
 };
+pub use weir_core::close::{BanReason, CloseReason};
 pub use weir_core::peers::Source;
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use weir_core::close::{BanReason, CloseReason};
 use weir_core::content::ContentEvent;
 use weir_core::content::grid::UnitGrid;
 use weir_ed2k::link::FileLink;
@@ -277,7 +278,15 @@ impl Session {
         let n = self.strikes.entry(ip).or_insert(0);
         *n += if proven { BAN_STRIKES } else { 1 };
         if *n >= BAN_STRIKES {
-            self.ban(ip, "sent data that failed the torrent's piece hash".into());
+            let strikes = *n;
+            self.ban(
+                ip,
+                if proven {
+                    BanReason::BadBlock { strikes }
+                } else {
+                    BanReason::BadPieces { strikes }
+                },
+            );
         }
     }
 
@@ -292,7 +301,7 @@ impl Session {
             self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: "eD2k file does not match the torrent".into(),
+                reason: CloseReason::WrongFile,
             });
         }
     }

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use weir_bt::torrent::Event as BtEvent;
+use weir_core::close::CloseReason;
 use weir_ed2k::transfer::Event as Ed2kEvent;
 
 use crate::session::Session;
@@ -230,6 +231,6 @@ impl Session {
         let line = format!("{}: {error}", t.name);
         self.log(LogLevel::Warn, line);
         self.transfer_event(id, TransferEvent::Failed(error));
-        self.close_transfer_conns(id, "transfer failed", now);
+        self.close_transfer_conns(id, CloseReason::TransferFailed, now);
     }
 }

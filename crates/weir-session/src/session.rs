@@ -10,6 +10,7 @@ use weir_bt::metainfo::Metainfo;
 use weir_bt::torrent::{Torrent, TorrentConfig};
 use weir_bt::wire::Handshake;
 use weir_core::bitfield::Bitfield;
+use weir_core::close::{BanReason, CloseReason};
 use weir_core::peers::{Bans, ConnCounts, PeerBook, Source};
 use weir_ed2k::hash::FileHashes;
 use weir_ed2k::link::FileLink;
@@ -503,7 +504,7 @@ impl Session {
             return;
         };
         t.run = RunState::Paused;
-        self.close_transfer_conns(id, "transfer paused", now);
+        self.close_transfer_conns(id, CloseReason::TransferPaused, now);
     }
 
     /// Lets a paused transfer run again.
@@ -683,7 +684,7 @@ impl Session {
 
     /// Bans `ip` everywhere: no dial, no connection accepted, the
     /// transfers' books forget it, and its connections close.
-    pub(crate) fn ban(&mut self, ip: IpAddr, reason: String) {
+    pub(crate) fn ban(&mut self, ip: IpAddr, reason: BanReason) {
         let ip = weir_core::peers::canonical(ip);
         if !self.bans.insert(ip) {
             return;
@@ -697,7 +698,6 @@ impl Session {
             }
         }
         self.callbacks.ban(ip);
-        let why = format!("banned address: {reason}");
         self.events.push_back(SessionEvent::Banned { ip, reason });
         // Its connections of every transfer and protocol end too (the
         // transfer that caught it closed its own already).
@@ -716,7 +716,7 @@ impl Session {
             self.forget_conn(conn, now, None);
             self.events.push_back(SessionEvent::Close {
                 conn,
-                reason: why.clone(),
+                reason: CloseReason::Banned(reason),
             });
         }
     }

@@ -9,6 +9,7 @@ use sha1::{Digest as _, Sha1};
 use weir_bt::metainfo::{FileEntry, Info, Metainfo};
 use weir_bt::wire::{Handshake, Message};
 use weir_core::bitfield::Bitfield;
+use weir_core::close::{BanReason, CloseReason};
 use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
 
@@ -202,7 +203,7 @@ fn a_banned_address_stays_banned_across_transfers_and_reconnects() {
     let b = add(&mut s, 2, now);
     let bad: IpAddr = "127.0.0.9".parse().unwrap();
     dials(&mut s);
-    s.ban(bad, "test".into());
+    s.ban(bad, BanReason::BadHashset);
     assert!(matches!(s.poll_event(), Some(SessionEvent::Banned { .. })));
     let addr = SocketAddr::new(bad, 6881);
     assert_eq!(s.add_peers(a, Proto::Bt, &[addr], Source::Tracker, now), 0);
@@ -441,7 +442,7 @@ fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
     add(&mut s, 1, now);
     dials(&mut s);
     let bad: IpAddr = "127.0.0.9".parse().unwrap();
-    s.ban(bad, "test".into());
+    s.ban(bad, BanReason::BadHashset);
     // Added later, naming the banned address (`--peer`) and learning it
     // from a tracker at another port.
     let m = meta(2);
@@ -511,14 +512,14 @@ fn a_ban_closes_the_address_s_connections_of_every_transfer_and_protocol() {
     assert_eq!(s.counts().peers, 3);
     // Banned by transfer 1's torrent (or anything else): every connection
     // of that address closes, the others stay.
-    s.ban(bad, "bad data".into());
-    let closed: Vec<(ConnId, String)> = std::iter::from_fn(|| s.poll_event())
+    s.ban(bad, BanReason::BadAichBlock);
+    let closed: Vec<(ConnId, CloseReason)> = std::iter::from_fn(|| s.poll_event())
         .filter_map(|e| match e {
             SessionEvent::Close { conn, reason } => Some((conn, reason)),
             _ => None,
         })
         .collect();
-    let why = "banned address: bad data".to_string();
+    let why = CloseReason::Banned(BanReason::BadAichBlock);
     assert_eq!(closed, [(bt, why.clone()), (ed, why)]);
     assert_eq!(s.counts().peers, 1);
     assert_eq!(s.conn_transfer(good), Some(TransferId(1)));
@@ -535,7 +536,7 @@ fn ed2k_hello(who: u8) -> weir_ed2k::packet::Packet {
         .unwrap()
 }
 
-fn closes(s: &mut Session) -> Vec<(ConnId, String)> {
+fn closes(s: &mut Session) -> Vec<(ConnId, CloseReason)> {
     std::iter::from_fn(|| s.poll_event())
         .filter_map(|e| match e {
             SessionEvent::Close { conn, reason } => Some((conn, reason)),
@@ -584,7 +585,7 @@ fn accepted_ed2k_connections_are_handshakes_until_their_hello() {
     assert_eq!(closed.len(), 2, "{closed:?}");
     for (conn, why, at) in &closed {
         assert!([conns[2], conns[3]].contains(conn), "{closed:?}");
-        assert_eq!(why, "no hello");
+        assert_eq!(*why, CloseReason::NoHello);
         assert!(
             *at > timeout && *at <= timeout + Duration::from_secs(2),
             "closed after {at:?}"
@@ -629,7 +630,11 @@ fn a_newcomer_takes_the_slot_of_a_peer_idle_since_it_connected_and_only_then() {
     let closed = closes(&mut s);
     assert_eq!(closed.len(), 1, "{closed:?}");
     assert_eq!(closed[0].0, first[0]);
-    assert!(closed[0].1.contains("made room"), "{}", closed[0].1);
+    assert!(
+        matches!(closed[0].1, CloseReason::Evicted { .. }),
+        "{}",
+        closed[0].1
+    );
     // Its close came back from the runtime: six again.
     s.closed(first[0], None, later);
     assert_eq!(s.transfers[&a].counts.peers, 6);

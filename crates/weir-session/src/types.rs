@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use weir_bt::wire::Handshake;
+use weir_core::close::{BanReason, CloseReason};
 use weir_core::storage::{Digest, StorageOp};
 
 /// A transfer of the session, stable for its life (the daemon's RPC ids).
@@ -171,15 +172,15 @@ pub enum SessionEvent {
     Close {
         /// The connection.
         conn: ConnId,
-        /// Why, for the log.
-        reason: String,
+        /// Why.
+        reason: CloseReason,
     },
     /// An address was banned (bad data): for the log.
     Banned {
         /// The address.
         ip: IpAddr,
         /// Why.
-        reason: String,
+        reason: BanReason,
     },
     /// Something happened to a transfer.
     Transfer {

@@ -331,7 +331,7 @@ pub struct Node {
     pub(crate) received: Series,
     pub(crate) received_bt: Series,
     pub(crate) received_ed2k: Series,
-    closed: Vec<(Duration, ConnId, String)>,
+    closed: Vec<(Duration, ConnId, weir_session::CloseReason)>,
     banned: Vec<IpAddr>,
     verified: u32,
     pub(crate) dials: Vec<DialRecord>,
@@ -438,7 +438,7 @@ impl Node {
     }
 
     /// Connections the session closed: (time, conn, reason).
-    pub fn closed(&self) -> &[(Duration, ConnId, String)] {
+    pub fn closed(&self) -> &[(Duration, ConnId, weir_session::CloseReason)] {
         &self.closed
     }
 
@@ -763,7 +763,7 @@ impl World {
                 }
                 SessionEvent::Close { conn, reason } => {
                     self.nodes[n].closed.push((now, conn, reason.clone()));
-                    self.cancel_dial(n, conn, &reason);
+                    self.cancel_dial(n, conn, &reason.to_string());
                     self.drop_conn(n, conn);
                 }
                 SessionEvent::CheckRange {

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+pub use weir_core::close::{BanReason, CloseReason};
 use weir_core::content::{Accepted, CONTENT_READ, Content, ContentConfig, ContentEvent, Sender};
 use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::outbox::Dirty;
@@ -187,15 +188,15 @@ pub enum Event {
     Close {
         /// The connection.
         conn: ConnId,
-        /// Why, for the log.
-        reason: String,
+        /// Why.
+        reason: CloseReason,
     },
     /// Never connect to this address again.
     Ban {
         /// The address (every port of it).
         ip: std::net::IpAddr,
-        /// Why, for the log.
-        reason: String,
+        /// Why.
+        reason: BanReason,
     },
     /// A piece passed its hash check.
     PieceVerified(u32),
@@ -601,15 +602,13 @@ impl Torrent {
         let Some((c, wasted)) = self.eviction_victim(idle, now) else {
             return false;
         };
-        let reason = if wasted {
-            "made room for a new peer: took nothing in its upload slot".to_string()
-        } else {
-            format!(
-                "made room for a new peer: no block either way in {} s",
-                idle.as_secs()
-            )
-        };
-        self.close(c, reason);
+        self.close(
+            c,
+            CloseReason::Evicted {
+                took_nothing: wasted,
+                idle,
+            },
+        );
         true
     }
 
@@ -859,7 +858,7 @@ impl Torrent {
         };
         self.content.peer_joined(p.has.as_peer_has());
         if p.has.is_seed() && self.content.is_complete() {
-            return self.close(conn, "both seeds".into());
+            return self.close(conn, CloseReason::BothSeeds);
         }
         self.update_interest(conn, now);
     }
@@ -1102,7 +1101,7 @@ impl Torrent {
             .map(|(c, _)| *c)
             .collect();
         for c in seeds {
-            self.close(c, "download complete; peer is a seed".into());
+            self.close(c, CloseReason::PeerIsSeed);
         }
     }
 
@@ -1166,7 +1165,7 @@ impl Torrent {
             let rate = p.down.recent_rate(now);
             p.pipeline.on_tick(now, rate);
             if now.saturating_duration_since(p.last_recv_at) > IDLE_TIMEOUT {
-                self.close(c, "idle".into());
+                self.close(c, CloseReason::Idle);
                 continue;
             }
             let keepalive = now.saturating_duration_since(p.last_send_at) > KEEPALIVE;
@@ -1235,10 +1234,10 @@ impl Torrent {
     /// Drops a peer that broke the protocol.
     fn fail(&mut self, conn: ConnId, reason: String) {
         self.protocol_error(conn, reason.clone());
-        self.close(conn, reason);
+        self.close(conn, CloseReason::Protocol(reason));
     }
 
-    fn close(&mut self, conn: ConnId, reason: String) {
+    fn close(&mut self, conn: ConnId, reason: CloseReason) {
         if let Some(p) = self.peers.get_mut(&conn).filter(|p| !p.closing) {
             p.closing = true;
             self.mark_dirty(conn);

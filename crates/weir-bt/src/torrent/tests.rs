@@ -51,7 +51,7 @@ struct Node {
     /// conn -> (other node, other's conn id)
     links: BTreeMap<ConnId, (usize, ConnId)>,
     inbox: BTreeMap<ConnId, BytesMut>,
-    closed: Vec<(ConnId, String)>,
+    closed: Vec<(ConnId, CloseReason)>,
     banned: Vec<std::net::IpAddr>,
     complete: bool,
     /// Cancel messages this node received.
@@ -287,7 +287,7 @@ fn leecher_downloads_everything_from_a_seed() {
         s.nodes[leech]
             .closed
             .iter()
-            .any(|(_, r)| r.contains("seed"))
+            .any(|(_, r)| matches!(r, CloseReason::PeerIsSeed | CloseReason::BothSeeds))
     );
 }
 
@@ -432,7 +432,10 @@ fn protocol_violations_disconnect_and_count() {
         let st = s.nodes[seed].t.stats(now);
         assert_eq!(st.protocol_errors, 1, "{want}");
         assert!(
-            s.nodes[seed].closed.iter().any(|(_, r)| r.contains(want)),
+            s.nodes[seed]
+                .closed
+                .iter()
+                .any(|(_, r)| matches!(r, CloseReason::Protocol(why) if why.contains(want))),
             "{want}: {:?}",
             s.nodes[seed].closed
         );

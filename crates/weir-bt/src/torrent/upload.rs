@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use weir_core::storage::StorageOp;
 
-use super::{ConnId, Event, Torrent};
+use super::{CloseReason, ConnId, Event, Torrent};
 use crate::wire::{BlockRef, Message};
 
 /// A storage read serving one peer's adjacent requests.
@@ -274,7 +274,12 @@ impl Torrent {
         };
         let data = match data {
             Ok(d) => d,
-            Err(e) => return self.close(conn, format!("cannot read piece {}: {e}", read.piece)),
+            Err(e) => {
+                return self.close(
+                    conn,
+                    CloseReason::Storage(format!("cannot read piece {}: {e}", read.piece)),
+                );
+            }
         };
         let mut unsent = u64::from(read.len);
         for b in &read.blocks {

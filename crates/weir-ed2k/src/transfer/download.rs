@@ -13,7 +13,7 @@ use weir_core::geometry::BlockSpan;
 use weir_core::picker::PeerHas;
 
 use super::conn::{DownState, Pending};
-use super::{Client, ConnId, Event, FileId};
+use super::{BanReason, Client, CloseReason, ConnId, Event, FileId};
 use crate::client::{ClientMessage as M, ExtInfo, MultiAnswer, MultiRequest, PartStatus};
 use crate::hash::file_hash_from_hashset;
 use crate::inflate::BlockInflater;
@@ -205,10 +205,7 @@ impl Client {
         let want = crate::hashset_len(f.size) as usize;
         if hashes.len() != want || file_hash_from_hashset(&hashes) != f.hash {
             let ip = self.conns[&conn].addr.ip();
-            self.ban(
-                ip,
-                "sent a hashset that does not match the file hash".into(),
-            );
+            self.ban(ip, BanReason::BadHashset);
             return;
         }
         f.hashset = Some(hashes);
@@ -261,12 +258,7 @@ impl Client {
                     // The MD4 hash list is checked against the file hash,
                     // so a lone sender of a bad part is as proven as a
                     // liar found by comparing blocks.
-                    let why = if proven {
-                        "sent a block of a part that failed its MD4 check"
-                    } else {
-                        "sent data of a part that failed its MD4 check"
-                    };
-                    self.strike(sender.ip, super::BAN_STRIKES, why);
+                    self.strike(sender.ip, super::BAN_STRIKES, proven);
                 }
                 ContentEvent::CheckDone | ContentEvent::Complete => {
                     if self.files[file as usize].is_complete() {
@@ -737,7 +729,7 @@ impl Client {
             && c.up.file.is_none()
             && c.up.slot == super::conn::Slot::None
         {
-            self.close(conn, "nothing to transfer".into());
+            self.close(conn, CloseReason::NothingToTransfer);
         }
     }
 }

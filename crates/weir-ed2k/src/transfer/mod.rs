@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
+pub use weir_core::close::{BanReason, CloseReason};
 use weir_core::content::Content;
 use weir_core::geometry::Geometry;
 use weir_core::outbox::Dirty;
@@ -140,11 +141,6 @@ impl ClientConfig {
     }
 }
 
-/// The [`Event::Close`] reason when a peer's hello carries our own user
-/// hash: it is us (or another client given the same hash), which the
-/// runtime reports rather than dropping quietly.
-pub const SELF_CONNECTION: &str = "connected to ourselves";
-
 /// Something the runtime must do.
 #[derive(Debug)]
 pub enum Event {
@@ -173,17 +169,20 @@ pub enum Event {
     },
     /// Close the connection (after sending what was queued before it).
     Close {
-        /// The connection.
+        /// The connection. [`CloseReason::SelfConnection`] when a peer's
+        /// hello carries our own user hash: it is us (or another client
+        /// given the same hash), which the runtime reports rather than
+        /// dropping quietly.
         conn: ConnId,
-        /// Why, for the log.
-        reason: String,
+        /// Why.
+        reason: CloseReason,
     },
     /// Never connect to this address again (and refuse it).
     Ban {
         /// The address.
         ip: IpAddr,
-        /// Why, for the log.
-        reason: String,
+        /// Why.
+        reason: BanReason,
     },
     /// Connect to this peer (an uploader reconnecting to a downloader
     /// whose connection wedged); the client takes it up after the hello.
@@ -646,7 +645,7 @@ impl Client {
         self.now = Some(now);
         if self.is_banned(addr.ip()) {
             self.conns.insert(conn, Conn::new(addr, local_ip, now));
-            return self.close(conn, "banned address".into());
+            return self.close(conn, CloseReason::BannedAddress);
         }
         let mut c = Conn::new(addr, local_ip, now);
         if outgoing {
@@ -821,7 +820,7 @@ impl Client {
 
     fn on_hello(&mut self, conn: ConnId, h: Hello, now: Instant) {
         if h.user_hash == self.cfg.user_hash {
-            return self.close(conn, SELF_CONNECTION.into());
+            return self.close(conn, CloseReason::SelfConnection);
         }
         let c = self.conns.get_mut(&conn).expect("caller checked");
         let info = h.info();
@@ -934,13 +933,13 @@ impl Client {
                 IDLE_TIMEOUT
             };
             if silent > limit {
-                self.close(id, "idle".into());
+                self.close(id, CloseReason::Idle);
                 continue;
             }
             if c.peer.is_none()
                 && now.saturating_duration_since(c.opened_at) > self.cfg.hello_timeout
             {
-                self.close(id, "no hello".into());
+                self.close(id, CloseReason::NoHello);
                 continue;
             }
             if let Some(d) = c.down.as_mut() {
@@ -949,7 +948,7 @@ impl Client {
                 let stalled = d.pending.iter().any(|p| p.asked)
                     && now.saturating_duration_since(d.last_data_at) > DOWNLOAD_TIMEOUT;
                 if stalled {
-                    self.close(id, "source sent nothing for too long".into());
+                    self.close(id, CloseReason::Stalled);
                     continue;
                 }
             }
@@ -989,10 +988,10 @@ impl Client {
     /// Drops a peer that broke the protocol.
     fn fail(&mut self, conn: ConnId, reason: String) {
         self.stats.protocol_errors += 1;
-        self.close(conn, reason);
+        self.close(conn, CloseReason::Protocol(reason));
     }
 
-    fn close(&mut self, conn: ConnId, reason: String) {
+    fn close(&mut self, conn: ConnId, reason: CloseReason) {
         if let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) {
             c.closing = true;
             self.mark_dirty(conn);
@@ -1001,26 +1000,31 @@ impl Client {
         }
     }
 
-    /// Counts `n` strikes against an address; at [`BAN_STRIKES`] it is
-    /// banned and its connections closed.
-    fn strike(&mut self, ip: IpAddr, n: u32, why: &str) {
+    /// Counts `n` strikes against an address (`proven`: for a block of
+    /// its own found bad); at [`BAN_STRIKES`] it is banned and its
+    /// connections closed.
+    fn strike(&mut self, ip: IpAddr, n: u32, proven: bool) {
         let ip = canonical(ip);
         let s = self.strikes.entry(ip).or_insert(0);
         *s += n;
         if *s >= BAN_STRIKES {
-            let reason = format!("{why} ({s} strikes)");
-            self.ban(ip, reason);
+            let strikes = *s;
+            self.ban(
+                ip,
+                if proven {
+                    BanReason::BadBlock { strikes }
+                } else {
+                    BanReason::BadPieces { strikes }
+                },
+            );
         }
     }
 
-    fn ban(&mut self, ip: IpAddr, reason: String) {
+    fn ban(&mut self, ip: IpAddr, reason: BanReason) {
         let ip = canonical(ip);
         if self.banned.insert(ip) {
             self.stats.banned += 1;
-            self.events.push_back(Event::Ban {
-                ip,
-                reason: reason.clone(),
-            });
+            self.events.push_back(Event::Ban { ip, reason });
         }
         let conns: Vec<ConnId> = self
             .conns
@@ -1029,7 +1033,7 @@ impl Client {
             .map(|(k, _)| *k)
             .collect();
         for c in conns {
-            self.close(c, reason.clone());
+            self.close(c, CloseReason::Banned(reason));
         }
     }
 }

@@ -26,7 +26,7 @@ use sha1::{Digest as _, Sha1};
 use weir_core::storage::StorageOp;
 
 use super::file::{Recovery, Sender};
-use super::{Client, ConnId, Event, FileId, RECOVERY_TIMEOUT};
+use super::{BanReason, Client, ConnId, Event, FileId, RECOVERY_TIMEOUT};
 use crate::client::ClientMessage as M;
 use crate::hash::RecoveryData;
 use crate::{AichHash, EMBLOCKSIZE, Md4Hash};
@@ -139,7 +139,7 @@ impl Client {
         let s = senders(from);
         let n = if s.len() == 1 { super::BAN_STRIKES } else { 1 };
         for ip in s {
-            self.strike(ip, n, "sent data of a part that failed its MD4 check");
+            self.strike(ip, n, false);
         }
     }
 
@@ -288,7 +288,7 @@ impl Client {
             }
         }
         for ip in liars {
-            self.ban(ip, "sent a block that failed its AICH hash".into());
+            self.ban(ip, BanReason::BadAichBlock);
         }
         let content = &mut self.files[file as usize].content;
         content.refetch(part);

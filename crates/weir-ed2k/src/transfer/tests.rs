@@ -68,7 +68,7 @@ struct Node {
     links: BTreeMap<ConnId, (usize, ConnId)>,
     inbox: BTreeMap<ConnId, BytesMut>,
     storage_events: Vec<(FileId, StorageEvent)>,
-    closed: Vec<(ConnId, String)>,
+    closed: Vec<(ConnId, CloseReason)>,
     banned: Vec<IpAddr>,
     complete: Vec<FileId>,
     /// Every packet this node sent: (protocol, opcode, payload).
@@ -625,9 +625,13 @@ fn feed(c: &mut Client, m: &M) {
     c.handle_packet(1, p, Instant::now()); // test-epoch
 }
 
-fn closed(evs: &[Event]) -> Option<&str> {
+fn closed(evs: &[Event]) -> Option<String> {
+    close_reason(evs).map(ToString::to_string)
+}
+
+fn close_reason(evs: &[Event]) -> Option<&CloseReason> {
     evs.iter().find_map(|e| match e {
-        Event::Close { reason, .. } => Some(reason.as_str()),
+        Event::Close { reason, .. } => Some(reason),
         _ => None,
     })
 }
@@ -911,7 +915,7 @@ fn wedged_downloader_is_nudged_then_reconnected() {
         _ => None,
     });
     assert_eq!(addr, Some("10.0.0.2:4662".parse().unwrap()));
-    assert!(closed(&evs).expect("closed").contains("stopped reading"));
+    assert_eq!(close_reason(&evs), Some(&CloseReason::StoppedReading));
     c.remove_conn(1, now);
     // The new connection: hello answer, then the slot and the blocks.
     c.add_conn(2, "10.0.0.2:4662".parse().unwrap(), None, true, now);

@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::conn::Slot;
-use super::{Client, ConnId, Event, FileId};
+use super::{Client, CloseReason, ConnId, Event, FileId};
 use crate::client::{ClientMessage as M, MultiAnswer, MultiRequest};
 use crate::inflate::deflate_if_smaller;
 use crate::{AichHash, EMBLOCKSIZE, Md4Hash};
@@ -342,7 +342,12 @@ impl Client {
         let conn = read.conn;
         let data = match data {
             Ok(d) => d,
-            Err(e) => return self.close(conn, format!("cannot read for upload: {e}")),
+            Err(e) => {
+                return self.close(
+                    conn,
+                    CloseReason::Storage(format!("cannot read for upload: {e}")),
+                );
+            }
         };
         let hash = self.files[read.file as usize].hash;
         let max_packet = u64::from(self.cfg.max_part_packet.max(1));
@@ -470,10 +475,7 @@ impl Client {
             });
             self.events.push_back(Event::Connect { addr });
         }
-        self.close(
-            conn,
-            "peer stopped reading; connecting to it again to resume".into(),
-        );
+        self.close(conn, CloseReason::StoppedReading);
     }
 
     /// A peer we owe a slot (see [`Client::nudge_idle_downloaders`]) is

@@ -81,7 +81,7 @@ impl One {
                 }) => self.reads.push((id, piece, begin, len)),
                 Event::Storage(StorageOp::Write { .. }) => self.writes += 1,
                 Event::Close { reason, .. } => {
-                    self.closed.get_or_insert(reason);
+                    self.closed.get_or_insert(reason.to_string());
                     self.t.remove_peer(C, self.now);
                 }
                 _ => {}

@@ -74,7 +74,7 @@ impl Driver {
                     }
                 }
                 SessionEvent::Close { conn, reason } => {
-                    if reason == weir_ed2k::transfer::SELF_CONNECTION {
+                    if reason == weir_session::CloseReason::SelfConnection {
                         // Never silent: a source that is us, or another
                         // client with our hash, would stall a download.
                         tracing::warn!(
@@ -83,7 +83,11 @@ impl Driver {
                              (unset it so each listen port gets its own); not using it"
                         );
                     }
-                    tracing::debug!("connection {conn}: {reason}; disconnected");
+                    if reason.peer_at_fault() {
+                        tracing::info!("connection {conn}: {reason}; disconnected");
+                    } else {
+                        tracing::debug!("connection {conn}: {reason}; disconnected");
+                    }
                     self.drop_conn(conn, false);
                 }
                 SessionEvent::CheckRange {

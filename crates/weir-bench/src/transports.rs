@@ -93,6 +93,8 @@ fn leech(
     work: &TempDir,
     extra: Vec<String>,
 ) -> anyhow::Result<Leech> {
+    let size = std::fs::metadata(&p.file)?.len();
+    crate::common::warm_page_cache(work.path(), size)?;
     let out = work.subdir("out")?;
     let opts = Options {
         peers: vec![SocketAddr::V4(SEED)],

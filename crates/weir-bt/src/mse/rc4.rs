@@ -13,6 +13,9 @@
 //! | OpenSSL 3.0 (`openssl speed -evp rc4`, legacy provider) | ~410 |
 //! | this module | ~500 |
 //!
+//! (On another machine of the project, a 2-core Xeon, the figures are 468
+//! for this module and 514 for OpenSSL: OpenSSL's assembly is ahead there.)
+//!
 //! RustCrypto's is the only well-kept Rust crate; OpenSSL would bring a C
 //! dependency, and in OpenSSL 3 RC4 lives in the legacy provider, which has
 //! to be loaded at run time and is missing from some builds. So weir keeps
@@ -28,7 +31,10 @@
 //!   share no word, so loads never wait on a neighbouring byte store.
 //! - `i` and `j` live in locals for a whole call (the struct is touched
 //!   once on entry and once on exit) and the loop runs eight bytes per
-//!   iteration.
+//!   iteration, gathering their keystream in a register and XORing it into
+//!   the buffer as one 64-bit word (one load and one store per eight bytes
+//!   instead of eight of each): 430 -> 468 MB/s on a 2-core Xeon, where
+//!   OpenSSL 3 measured 514 MB/s (`openssl speed -evp rc4`, 256 KiB).
 //!
 //! RC4 is broken as a cipher; MSE uses it for obfuscation, as the spec
 //! says, and so does weir.
@@ -74,9 +80,12 @@ impl Rc4 {
         let s = &mut self.s;
         let mut chunks = buf.chunks_exact_mut(8);
         for chunk in &mut chunks {
-            for b in chunk {
-                *b ^= step(s, &mut i, &mut j);
+            let mut ks = 0u64;
+            for k in 0..8 {
+                ks |= u64::from(step(s, &mut i, &mut j)) << (8 * k);
             }
+            let word: [u8; 8] = (&*chunk).try_into().expect("chunks of 8");
+            chunk.copy_from_slice(&(u64::from_le_bytes(word) ^ ks).to_le_bytes());
         }
         for b in chunks.into_remainder() {
             *b ^= step(s, &mut i, &mut j);

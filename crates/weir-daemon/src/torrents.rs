@@ -2,6 +2,8 @@
 //! into the output buffer, in chunks, so a list of 10,000 transfers streams
 //! out without a JSON tree or a copy of the whole answer.
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 
 use crate::backend::{
@@ -569,6 +571,9 @@ pub(crate) struct TorrentsWriter {
     fields: FieldList,
     /// Each field's `"key":` bytes, written once per request.
     prefixes: Vec<Vec<u8>>,
+    /// What a row's bytes depend on besides its view (the form, the table
+    /// flag and the field names), the key of [`crate::backend::RowCache`].
+    row_key: Arc<[u8]>,
     table: bool,
     with_removed: bool,
     keys: Keys,
@@ -607,10 +612,16 @@ impl TorrentsWriter {
                 p
             })
             .collect();
+        let mut row_key = vec![u8::from(table), u8::from(form == Form::Classic)];
+        for (_, name) in &fields.fields {
+            row_key.extend_from_slice(name.as_bytes());
+            row_key.push(0);
+        }
         TorrentsWriter {
             list,
             fields,
             prefixes,
+            row_key: row_key.into(),
             table,
             with_removed,
             keys: Keys {
@@ -655,8 +666,17 @@ impl TorrentsWriter {
                         if self.next > 0 || self.table {
                             out.push(b',');
                         }
+                        let cache = self.list.rows.get(self.next).and_then(Option::as_ref);
                         self.next += 1;
-                        self.write_row(out, v);
+                        match cache {
+                            Some(c) if c.append(&self.row_key, out) => {}
+                            Some(c) => {
+                                let start = out.len();
+                                self.write_row(out, v);
+                                c.store(&self.row_key, &out[start..]);
+                            }
+                            None => self.write_row(out, v),
+                        }
                         if out.len() >= chunk {
                             return false;
                         }
@@ -736,6 +756,7 @@ mod tests {
         let list = TransferList {
             transfers: vec![Arc::new(view()), Arc::new(view())],
             removed: vec![3],
+            rows: Vec::new(),
         };
         let w = TorrentsWriter::new(
             list,
@@ -806,6 +827,7 @@ mod tests {
         let list = TransferList {
             transfers: (0..50).map(|_| Arc::new(view())).collect(),
             removed: vec![],
+            rows: Vec::new(),
         };
         let mk = |list| {
             TorrentsWriter::new(
@@ -833,6 +855,95 @@ mod tests {
         }
         assert_eq!(parts, whole);
         assert!(chunks > 10 && chunks <= 51, "{chunks}");
+    }
+
+    #[test]
+    fn cached_rows_are_copied_for_the_same_fields_and_form_only() {
+        let views: Vec<Arc<TransferView>> = (0..3).map(|_| Arc::new(view())).collect();
+        let caches: Vec<Arc<crate::backend::RowCache>> = (0..3).map(|_| Arc::default()).collect();
+        // The last view has no cache: it is always written.
+        let rows: Vec<_> = vec![Some(caches[0].clone()), Some(caches[1].clone()), None];
+        let get = |names: &[&str], form: Form, table: bool| {
+            let list = TransferList {
+                transfers: views.clone(),
+                removed: Vec::new(),
+                rows: rows.clone(),
+            };
+            let w = TorrentsWriter::new(
+                list,
+                FieldList::parse(names.iter().copied()),
+                form,
+                table,
+                false,
+                Vec::new(),
+                Vec::new(),
+            );
+            w.into_bytes()
+        };
+        let fresh = |names: &[&str], form: Form, table: bool| {
+            let list = TransferList {
+                transfers: views.clone(),
+                removed: Vec::new(),
+                rows: Vec::new(),
+            };
+            TorrentsWriter::new(
+                list,
+                FieldList::parse(names.iter().copied()),
+                form,
+                table,
+                false,
+                Vec::new(),
+                Vec::new(),
+            )
+            .into_bytes()
+        };
+        let first = get(&["id", "name"], Form::Classic, false);
+        assert_eq!(first, fresh(&["id", "name"], Form::Classic, false));
+        // The rows are copied now: a planted row shows it.
+        let key: Arc<[u8]> = {
+            let mut k = vec![0u8, 1];
+            for n in ["id", "name"] {
+                k.extend_from_slice(n.as_bytes());
+                k.push(0);
+            }
+            k.into()
+        };
+        let planted = Arc::new(crate::backend::RowCache::default());
+        planted.store(&key, b"{\"id\":99}");
+        let list = TransferList {
+            transfers: views.clone(),
+            removed: Vec::new(),
+            rows: vec![Some(planted)],
+        };
+        let out = TorrentsWriter::new(
+            list,
+            FieldList::parse(["id", "name"]),
+            Form::Classic,
+            false,
+            false,
+            Vec::new(),
+            Vec::new(),
+        )
+        .into_bytes();
+        assert!(
+            out.starts_with(b"{\"torrents\":[{\"id\":99},{"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        // Copies of the real rows read the same as writing them.
+        assert_eq!(get(&["id", "name"], Form::Classic, false), first);
+        // Other fields, the other form or a table are written afresh
+        // (and cached beside the first, up to the slots).
+        for (names, form, table) in [
+            (&["id", "eta"][..], Form::Classic, false),
+            (&["id", "name"][..], Form::JsonRpc, false),
+            (&["id", "name"][..], Form::Classic, true),
+        ] {
+            assert_eq!(get(names, form, table), fresh(names, form, table));
+            assert_eq!(get(names, form, table), fresh(names, form, table));
+        }
+        let mut out = Vec::new();
+        assert!(!caches[0].append(&key, &mut out), "oldest slot gave way");
     }
 
     #[test]

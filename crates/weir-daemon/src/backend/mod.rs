@@ -176,6 +176,58 @@ pub struct TransferList {
     /// For [`Selection::RecentlyActive`]: ids of transfers removed in the
     /// last [`RECENTLY_ACTIVE_SECS`] seconds (empty otherwise).
     pub removed: Vec<TransferId>,
+    /// Optional, beside `transfers` (same order; shorter or empty means
+    /// none for the rest): a cache of the answer rows already written
+    /// for that view, which a backend keeps for as long as the view it
+    /// hands out is unchanged. The writer copies a cached row of the same
+    /// fields instead of writing it again.
+    pub rows: Vec<Option<std::sync::Arc<RowCache>>>,
+}
+
+/// `torrent-get` rows written for one view that has not changed since, by
+/// the request's field list and form (at most [`RowCache::SLOTS`] of
+/// them: a web page and a remote polling with different fields).
+#[derive(Default)]
+pub struct RowCache(std::sync::Mutex<Vec<CachedRow>>);
+
+/// One cached row: the key it was written for (see
+/// [`RowCache::append`]) and its bytes.
+type CachedRow = (std::sync::Arc<[u8]>, Box<[u8]>);
+
+impl RowCache {
+    /// Field lists remembered per view.
+    pub const SLOTS: usize = 2;
+
+    /// The row written for `key`, appended to `out`; `false` if none is
+    /// cached.
+    pub(crate) fn append(&self, key: &std::sync::Arc<[u8]>, out: &mut Vec<u8>) -> bool {
+        let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match rows
+            .iter()
+            .find(|(k, _)| std::sync::Arc::ptr_eq(k, key) || **k == **key)
+        {
+            Some((_, row)) => {
+                out.extend_from_slice(row);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers `row` for `key`, in place of the oldest when full.
+    pub(crate) fn store(&self, key: &std::sync::Arc<[u8]>, row: &[u8]) {
+        let mut rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if rows.len() >= Self::SLOTS {
+            rows.remove(0);
+        }
+        rows.push((key.clone(), row.into()));
+    }
+}
+
+impl std::fmt::Debug for RowCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowCache(..)")
+    }
 }
 
 /// Why a backend call failed. Each maps to Transmission's result string

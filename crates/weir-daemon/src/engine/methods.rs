@@ -155,6 +155,7 @@ impl Backend for EngineBackend {
             let ids = st.selected(&query.select, Some(&by_eid));
             let positions = st.queue_positions();
             let mut out = Vec::with_capacity(ids.len());
+            let mut rows = Vec::with_capacity(ids.len());
             for id in ids {
                 let Some(e) = st.entries.get_mut(&id) else {
                     continue;
@@ -180,15 +181,20 @@ impl Backend for EngineBackend {
                 let position = positions.get(&id).copied().unwrap_or(0);
                 if query.detail == Detail::default() {
                     let key = view::ViewKey::of(e, info, &absent, position, now);
-                    if let Some(v) = view::CachedView::get(&e.list_view, e, &key) {
+                    if let Some((v, r)) = view::CachedView::get(&e.list_view, e, &key) {
                         out.push(v);
+                        rows.push(Some(r));
                         continue;
                     }
                     let mut v = view::fill(e, info, absent, None, query.detail, now);
                     v.queue_position = position;
                     let v = Arc::new(v);
-                    e.list_view = Some(view::CachedView::new(e.base.clone(), key, v.clone()));
+                    let cached = view::CachedView::new(e.base.clone(), key, v.clone());
+                    // A view built for the first time is written once:
+                    // its rows are cached from the next answer on.
+                    e.list_view = Some(cached);
                     out.push(v);
+                    rows.push(None);
                     continue;
                 }
                 let mut v = view::fill(e, info, absent, pieces.get(&id), query.detail, now);
@@ -197,6 +203,7 @@ impl Backend for EngineBackend {
                     v.peers = p.iter().map(view::peer).collect();
                 }
                 out.push(Arc::new(v));
+                rows.push(None);
             }
             let removed = if query.select == Selection::RecentlyActive {
                 let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
@@ -211,6 +218,7 @@ impl Backend for EngineBackend {
             TransferList {
                 transfers: out,
                 removed,
+                rows,
             }
         };
         if !newly_done.is_empty() {

@@ -71,6 +71,8 @@ pub(super) struct CachedView {
     base: Arc<TransferView>,
     key: ViewKey,
     view: Arc<TransferView>,
+    /// The answer rows written from `view`: valid exactly as long as it.
+    rows: Arc<RowCache>,
 }
 
 impl CachedView {
@@ -79,11 +81,11 @@ impl CachedView {
         cached: &Option<CachedView>,
         e: &Entry,
         key: &ViewKey,
-    ) -> Option<Arc<TransferView>> {
+    ) -> Option<(Arc<TransferView>, Arc<RowCache>)> {
         cached
             .as_ref()
             .filter(|c| Arc::ptr_eq(&c.base, &e.base) && c.key == *key)
-            .map(|c| c.view.clone())
+            .map(|c| (c.view.clone(), c.rows.clone()))
     }
 
     /// Remembers `view`, built over `base` from `key`.
@@ -92,7 +94,12 @@ impl CachedView {
         key: ViewKey,
         view: Arc<TransferView>,
     ) -> CachedView {
-        CachedView { base, key, view }
+        CachedView {
+            base,
+            key,
+            view,
+            rows: Arc::default(),
+        }
     }
 }
 

@@ -642,7 +642,11 @@ impl Backend for FakeBackend {
         } else {
             Vec::new()
         };
-        Ok(TransferList { transfers, removed })
+        Ok(TransferList {
+            transfers,
+            removed,
+            rows: Vec::new(),
+        })
     }
 
     async fn add(&self, req: AddRequest) -> Result<AddOutcome, BackendError> {

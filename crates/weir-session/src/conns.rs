@@ -521,21 +521,15 @@ impl Session {
                     continue;
                 }
                 let seeking = t.complete_at.is_none();
-                let (book, hello) = match proto {
+                let book = match proto {
                     Proto::Bt => match t.bt.as_mut() {
                         // Seeds wait for leechers; nothing is dialled while
                         // the data is being checked.
-                        Some(b) if t.checked => {
-                            let hello = Hello::Bt {
-                                ours: b.torrent.handshake(),
-                                preamble: b.torrent.preamble(),
-                            };
-                            (&mut b.book, hello)
-                        }
+                        Some(b) if t.checked => &mut b.book,
                         _ => continue,
                     },
                     _ => match t.ed2k.as_mut() {
-                        Some(e) if !t.ed2k_mismatch => (&mut e.book, Hello::Ed2k),
+                        Some(e) if !t.ed2k_mismatch => &mut e.book,
                         _ => continue,
                     },
                 };
@@ -546,6 +540,18 @@ impl Session {
                     continue;
                 }
                 let addrs = book.next_dials(now, room, seeking);
+                if addrs.is_empty() {
+                    // Most transfers of a big session: nothing to dial, so
+                    // no handshake is built (the preamble counts pieces).
+                    continue;
+                }
+                let hello = match (proto, &t.bt) {
+                    (Proto::Bt, Some(b)) => Hello::Bt {
+                        ours: b.torrent.handshake(),
+                        preamble: b.torrent.preamble(),
+                    },
+                    _ => Hello::Ed2k,
+                };
                 for addr in addrs {
                     let conn = self.alloc_conn();
                     self.conns.insert(

@@ -20,12 +20,15 @@ use serde_json::Value;
 use weir_daemon::Backend;
 use weir_daemon::backend::{
     Action, AddOutcome, AddRequest, AddedTransfer, BackendError, FreeSpace, Selection,
-    SessionChange, SessionSettings, SessionStats, TransferChange, TransferHash, TransferList,
-    TransferQuery, TransferView,
+    RowCache, SessionChange, SessionSettings, SessionStats, TransferChange, TransferHash,
+    TransferList, TransferQuery, TransferView,
 };
 
 struct Mem {
     views: Vec<Arc<TransferView>>,
+    /// One row cache per view, shared by every request (the views never
+    /// change), so answers are also written from cached rows.
+    rows: Vec<Arc<RowCache>>,
 }
 
 impl Backend for Mem {
@@ -39,13 +42,12 @@ impl Backend for Mem {
         Ok(SessionStats::default())
     }
     async fn transfers(&self, q: TransferQuery) -> Result<TransferList, BackendError> {
+        let picked: Vec<usize> = (0..self.views.len())
+            .filter(|&k| q.select.matches(self.views[k].id, &self.views[k].hash))
+            .collect();
         Ok(TransferList {
-            transfers: self
-                .views
-                .iter()
-                .filter(|v| q.select.matches(v.id, &v.hash))
-                .cloned()
-                .collect(),
+            transfers: picked.iter().map(|&k| self.views[k].clone()).collect(),
+            rows: picked.iter().map(|&k| Some(self.rows[k].clone())).collect(),
             removed: if q.select == Selection::RecentlyActive {
                 vec![9]
             } else {
@@ -97,6 +99,7 @@ fn backend() -> &'static Mem {
                 "two \u{e9}\"\\",
             )),
         ],
+        rows: vec![Arc::default(), Arc::default()],
     })
 }
 

@@ -205,7 +205,7 @@ impl EngineBackend {
         change: TransferChange,
     ) -> Result<(), BackendError> {
         let infos = self.snapshot().await;
-        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let by_eid = Infos::new(&infos);
         let (caps, ids, reselect) = {
             let mut st = self.lock();
             let ids = st.selected(&select, None);
@@ -363,7 +363,7 @@ impl EngineBackend {
             return Err(BackendError::PathNotAbsolute(location));
         }
         let infos = self.snapshot().await;
-        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let by_eid = Infos::new(&infos);
         let targets: Vec<(TransferId, Option<EngineId>, DataPaths)> = {
             let mut st = self.lock();
             let ids = st.selected(&select, None);
@@ -461,7 +461,7 @@ impl EngineBackend {
             return;
         }
         let infos = self.snapshot().await;
-        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let by_eid = Infos::new(&infos);
         let now = unix_now();
         let stop: Vec<(TransferId, EngineId)> = {
             let mut st = self.lock();

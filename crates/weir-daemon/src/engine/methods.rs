@@ -114,7 +114,7 @@ impl Backend for EngineBackend {
 
     async fn transfers(&self, query: TransferQuery) -> Result<TransferList, BackendError> {
         let infos = self.snapshot().await;
-        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let by_eid = Infos::new(&infos);
         let now = unix_now();
         let mut pieces = HashMap::new();
         if query.detail.files || query.detail.pieces {
@@ -160,7 +160,7 @@ impl Backend for EngineBackend {
                 let Some(e) = st.entries.get_mut(&id) else {
                     continue;
                 };
-                let info = e.engine_id.and_then(|eid| by_eid.get(&eid).copied());
+                let info = e.engine_id.and_then(|eid| by_eid.get(&eid));
                 if let Some(i) = info {
                     e.saw(i);
                 }

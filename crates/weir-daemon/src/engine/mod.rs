@@ -261,7 +261,30 @@ impl Inner {
     }
 }
 
-type Infos<'a> = HashMap<EngineId, &'a TransferInfo>;
+/// The engine's snapshot by engine id. The snapshot comes in id order
+/// (the session keeps its transfers sorted), so lookups are a binary
+/// search over references, with no hash map built per request; an
+/// unsorted snapshot is sorted first.
+pub(super) struct Infos<'a>(Vec<&'a TransferInfo>);
+
+impl<'a> Infos<'a> {
+    /// The snapshot `infos`, ready for lookups.
+    pub(super) fn new(infos: &'a [TransferInfo]) -> Self {
+        let mut v: Vec<&TransferInfo> = infos.iter().collect();
+        if !v.is_sorted_by_key(|i| i.id) {
+            v.sort_unstable_by_key(|i| i.id);
+        }
+        Infos(v)
+    }
+
+    /// The info of transfer `id`, if the snapshot has it.
+    pub(super) fn get(&self, id: &EngineId) -> Option<&'a TransferInfo> {
+        self.0
+            .binary_search_by_key(id, |i| i.id)
+            .ok()
+            .map(|k| self.0[k])
+    }
+}
 
 struct Shared {
     engine: EngineHandle,
@@ -457,7 +480,7 @@ impl EngineBackend {
     pub async fn save_all(&self) -> Result<(), StateError> {
         let infos = self.snapshot().await;
         {
-            let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+            let by_eid = Infos::new(&infos);
             let mut st = self.lock();
             for e in st.entries.values_mut() {
                 if let Some(i) = e.engine_id.and_then(|eid| by_eid.get(&eid)) {
@@ -483,7 +506,7 @@ impl EngineBackend {
                 t.tick().await;
                 let totals: Vec<(TransferId, u64, u64)> = {
                     let infos = me.snapshot().await;
-                    let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+                    let by_eid = Infos::new(&infos);
                     let mut st = me.lock();
                     st.entries
                         .values_mut()
@@ -643,7 +666,7 @@ impl EngineBackend {
     /// again; it reads as verifying meanwhile.
     async fn verify(&self, select: Selection) -> Result<(), BackendError> {
         let infos = self.snapshot().await;
-        let by_eid: Infos<'_> = infos.iter().map(|i| (i.id, i)).collect();
+        let by_eid = Infos::new(&infos);
         let targets: Vec<(TransferId, EngineId)> = {
             let mut st = self.lock();
             let now = unix_now();

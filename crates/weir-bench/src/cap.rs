@@ -88,6 +88,14 @@ struct Setup<'a> {
 }
 
 impl Setup<'_> {
+    /// Warms as much guest memory as one capped run writes (the cap over
+    /// the run, plus a tenth), so no run pays for the host faulting it in
+    /// (see [`crate::common::warm_page_cache`]).
+    fn warm(&self) -> anyhow::Result<()> {
+        let bytes = self.cap as f64 * (self.start + self.window + 0.3) * 1.1;
+        crate::common::warm_page_cache(self.work.path(), bytes as u64)
+    }
+
     /// Runs `weir ARGS` (a capped leecher dialling `peers`), stops it at the
     /// end of the window and returns the per-seeder rates over the window.
     fn capped_weir(
@@ -97,6 +105,7 @@ impl Setup<'_> {
         peers: &[SocketAddr],
     ) -> anyhow::Result<Split> {
         let logs = TempDir::new("cap-weir")?;
+        self.warm()?;
         let stop = Duration::from_secs_f64(self.start + self.window + 0.3);
         let (res, series) = sample_rx_while(self.ns, peers, self.every, || {
             run_weir(
@@ -362,6 +371,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
 /// libtorrent (default settings) leeching from A under `download_limit`.
 fn lt_capped(s: &Setup<'_>, torrent: &Path, port: u16, a: SocketAddr) -> anyhow::Result<Split> {
     let out = s.work.subdir(&format!("out-lt-{port}"))?;
+    s.warm()?;
     let opts = bt::Options {
         peers: vec![a],
         download_limit: Some(s.cap),

@@ -417,7 +417,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         (secs[5], secs[6]) = lt_pair(cfg, &ns, &work, mse, "--forced-enc", "tcp", &mut rep)?;
     }
     rep.note(&format!(
-        "{} MiB (weir <- weir, emulated link), {} MiB (uTP libtorrent) and {} MiB (MSE libtorrent) single files, {} KiB pieces, in a namespace holding only lo; weir seed and weir get with --no-trackers --no-dht --transports T --encryption E (weir <- weir: plaintext = both off, rc4 = seeder require, leecher prefer); weir get with its defaults from libtorrent (uTP first, TCP after 250 ms without an answer; MSE preferred); libtorrent (python3-libtorrent 2.0): uTP-only = TCP off both ways, MSE = RC4 forced both ways (out_enc_policy/in_enc_policy forced, allowed_enc_level rc4), the seeder with high_performance_seed; seconds: each leecher's spawn to its completion report; CPU: the leecher process's user + system (wait4), per GiB received",
+        "{} MiB (weir <- weir, emulated link), {} MiB (uTP libtorrent) and {} MiB (MSE libtorrent) single files, {} KiB pieces, in a namespace holding only lo; weir seed and weir get with --no-trackers --no-dht --transports T --encryption E (weir <- weir: plaintext = both off, rc4 = seeder require, leecher prefer); weir get with its defaults from libtorrent (uTP and TCP at once, uTP preferred within a round trip of TCP; MSE preferred); libtorrent (python3-libtorrent 2.0): uTP-only = TCP off both ways, MSE = RC4 forced both ways (out_enc_policy/in_enc_policy forced, allowed_enc_level rc4), the seeder with high_performance_seed; seconds: each leecher's spawn to its completion report; CPU: the leecher process's user + system (wait4), per GiB received",
         size >> 20,
         lt_size >> 20,
         mse_size >> 20,

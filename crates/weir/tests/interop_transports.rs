@@ -6,7 +6,7 @@
 //! - weir downloads from a libtorrent seeder that accepts only encrypted
 //!   connections (`out_enc_policy`/`in_enc_policy` = forced,
 //!   `allowed_enc_level` = rc4), and from one that speaks only uTP (TCP off
-//!   both ways; weir dials uTP first, as libtorrent does);
+//!   both ways; weir prefers uTP, as libtorrent does);
 //! - libtorrent leechers that only speak encrypted, or only uTP (dialling
 //!   weir's UDP socket, the BitTorrent port), download from weir;
 //! - Transmission with encryption required downloads from weir (weir

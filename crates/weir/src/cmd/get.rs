@@ -86,8 +86,8 @@ pub(crate) struct TransferOpts {
     #[arg(long, value_name = "POLICY", default_value = "prefer")]
     pub(crate) encryption: weir_bt::mse::Encryption,
     /// Transports for BitTorrent peers, both ways: tcp, utp or tcp,utp
-    /// (outgoing: uTP first, TCP too after 250 ms without an answer; the
-    /// first to connect wins).
+    /// (outgoing: both at once, uTP preferred: a TCP connection up first
+    /// waits about one more round trip for uTP, then is used).
     #[arg(long, value_name = "LIST", default_value = "tcp,utp")]
     pub(crate) transports: weir_runtime::engine::Transports,
     /// No progress output.

@@ -225,7 +225,14 @@ fn leech_once(
 }
 
 /// Notes weir's time against the fastest real leecher and its CPU against
-/// libtorrent's, with the targets.
+/// "met" or "NOT met".
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
+/// libtorrent's, with the goals: issue 9's time (<= 0.6x the fastest real
+/// leecher), CPU no more than libtorrent's, and issue 13's peak RSS
+/// (<= 48 MiB for 1 GiB).
 fn add_ratios(report: &mut Report) {
     let rows = report.rows.clone();
     let med = |name: &str, i: usize| {
@@ -241,19 +248,24 @@ fn add_ratios(report: &mut Report) {
         .filter_map(|n| med(n, 0).map(|s| (*n, s)))
         .min_by(|x, y| x.1.total_cmp(&y.1));
     if let Some((name, s)) = fastest {
+        let r = weir_s / s;
         report.note(&format!(
-            "weir time / fastest real leecher ({name}): {:.2} (target <= 0.75)",
-            weir_s / s
+            "weir time / fastest real leecher ({name}): {r:.2} (goal <= 0.60: {})",
+            verdict(r <= 0.60)
         ));
     }
     if let (Some(w), Some(l)) = (med("weir", 2), med("libtorrent", 2)) {
         report.note(&format!(
-            "weir CPU s / libtorrent CPU s: {:.2} (target <= 1.00)",
-            w / l
+            "weir CPU s / libtorrent CPU s: {:.2} (goal <= 1.00: {})",
+            w / l,
+            verdict(w <= l)
         ));
     }
     if let Some(rss) = med("weir", 3) {
-        report.note(&format!("weir peak RSS: {rss:.1} MiB (target <= 64)"));
+        report.note(&format!(
+            "weir peak RSS: {rss:.1} MiB (goal <= 48: {})",
+            verdict(rss <= 48.0)
+        ));
     }
     if let (Some(w), Some(b)) = (med("weir", 0), med("weir-base", 0)) {
         report.note(&format!(

@@ -5,16 +5,15 @@
 //! MSE runs every payload byte of an encrypted connection through RC4, once
 //! each way, so its speed bounds an encrypted transfer. Measured on this
 //! project's machines (release build, 256 KiB buffers, CPU time of one
-//! core):
+//! core; the machines vary, so each row compares figures of one machine):
 //!
-//! | implementation | MB/s |
-//! |---|---|
-//! | RustCrypto `rc4` 0.2 | ~300 |
-//! | OpenSSL 3.0 (`openssl speed -evp rc4`, legacy provider) | ~410 |
-//! | this module | ~500 |
-//!
-//! (On another machine of the project, a 2-core Xeon, the figures are 468
-//! for this module and 514 for OpenSSL: OpenSSL's assembly is ahead there.)
+//! | implementation | first machine | 2-core Xeon | 2-core AMD EPYC |
+//! |---|---:|---:|---:|
+//! | RustCrypto `rc4` 0.2 | ~300 | - | - |
+//! | OpenSSL 3.0 (`openssl speed -evp rc4`, legacy provider) | ~410 | 514 | 910 |
+//! | this module, bytewise | ~500 | 430 | 530-550 |
+//! | eight bytes a word | - | 468 | 600-750 |
+//! | and the next `s[i]` loaded a step ahead (now) | - | - | 840-900 |
 //!
 //! RustCrypto's is the only well-kept Rust crate; OpenSSL would bring a C
 //! dependency, and in OpenSSL 3 RC4 lives in the legacy provider, which has
@@ -33,8 +32,11 @@
 //!   once on entry and once on exit) and the loop runs eight bytes per
 //!   iteration, gathering their keystream in a register and XORing it into
 //!   the buffer as one 64-bit word (one load and one store per eight bytes
-//!   instead of eight of each): 430 -> 468 MB/s on a 2-core Xeon, where
-//!   OpenSSL 3 measured 514 MB/s (`openssl speed -evp rc4`, 256 KiB).
+//!   instead of eight of each).
+//! - Each step loads the next step's `s[i + 1]` before its own swap and
+//!   patches it in the one case the swap changed it (`j == i + 1`): the
+//!   only chain from one byte to the next is then `j += s[i]`, not a load
+//!   waiting behind the previous step's stores.
 //!
 //! RC4 is broken as a cipher; MSE uses it for obfuscation, as the spec
 //! says, and so does weir.
@@ -76,21 +78,43 @@ impl Rc4 {
     /// XORs the next `buf.len()` keystream bytes into `buf` (encrypts or
     /// decrypts in place).
     pub fn apply_keystream(&mut self, buf: &mut [u8]) {
-        let (mut i, mut j) = (self.i, self.j);
+        // `i` is the index of the step about to run and `x` its `s[i]`,
+        // loaded one step ahead (see the module docs).
+        let (mut i, mut j) = (self.i.wrapping_add(1), self.j);
         let s = &mut self.s;
+        let mut x = s[usize::from(i)];
         let mut chunks = buf.chunks_exact_mut(8);
         for chunk in &mut chunks {
             let mut ks = 0u64;
             for k in 0..8 {
-                ks |= u64::from(step(s, &mut i, &mut j)) << (8 * k);
+                j = j.wrapping_add(x as u8);
+                let y = s[usize::from(j)];
+                let next = i.wrapping_add(1);
+                // Loaded before this step's swap, which changes it only
+                // when `j` is `next` (then it is `x`).
+                let mut next_x = s[usize::from(next)];
+                s[usize::from(i)] = y;
+                s[usize::from(j)] = x;
+                if j == next {
+                    next_x = x;
+                }
+                ks |= u64::from(s[usize::from((x as u8).wrapping_add(y as u8))] as u8) << (8 * k);
+                i = next;
+                x = next_x;
             }
             let word: [u8; 8] = (&*chunk).try_into().expect("chunks of 8");
             chunk.copy_from_slice(&(u64::from_le_bytes(word) ^ ks).to_le_bytes());
         }
         for b in chunks.into_remainder() {
-            *b ^= step(s, &mut i, &mut j);
+            j = j.wrapping_add(x as u8);
+            let y = s[usize::from(j)];
+            s[usize::from(i)] = y;
+            s[usize::from(j)] = x;
+            *b ^= s[usize::from((x as u8).wrapping_add(y as u8))] as u8;
+            i = i.wrapping_add(1);
+            x = s[usize::from(i)];
         }
-        self.i = i;
+        self.i = i.wrapping_sub(1);
         self.j = j;
     }
 
@@ -103,18 +127,6 @@ impl Rc4 {
             n -= k;
         }
     }
-}
-
-/// One keystream byte. Every index is a `u8`, so no bounds check.
-#[inline(always)]
-fn step(s: &mut [u32; 256], i: &mut u8, j: &mut u8) -> u8 {
-    *i = i.wrapping_add(1);
-    let si = s[usize::from(*i)];
-    *j = j.wrapping_add(si as u8);
-    let sj = s[usize::from(*j)];
-    s[usize::from(*i)] = sj;
-    s[usize::from(*j)] = si;
-    s[usize::from((si as u8).wrapping_add(sj as u8))] as u8
 }
 
 impl std::fmt::Debug for Rc4 {

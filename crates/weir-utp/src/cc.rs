@@ -262,6 +262,14 @@ impl Ledbat {
         self.cwnd = self.cwnd.clamp(self.min_cwnd, self.max_cwnd);
     }
 
+    /// Multiplies the window by `factor` (within its bounds): packets grew
+    /// by that much in slow start, where the window counts packets.
+    pub fn scale(&mut self, factor: f64) {
+        if factor.is_finite() && factor > 0.0 {
+            self.cwnd = (self.cwnd * factor).clamp(self.min_cwnd, self.max_cwnd);
+        }
+    }
+
     /// A loss (not an MTU probe): halves the window and ends slow start.
     /// The caller limits this to once per round trip.
     pub fn on_loss(&mut self) {
@@ -428,6 +436,18 @@ mod tests {
             l.on_ack(1_000, false, 400_000.0);
         }
         assert_eq!(l.window(), 2_800);
+    }
+
+    #[test]
+    fn scaling_follows_the_packets_within_the_bounds() {
+        let mut c = Ledbat::new(14_000, 2_800, 1 << 20, Duration::from_millis(100));
+        c.scale(65_000.0 / 1_400.0);
+        assert_eq!(c.window(), 650_000);
+        c.scale(100.0);
+        assert_eq!(c.window(), 1 << 20, "capped at the most");
+        c.scale(f64::NAN);
+        c.scale(0.0);
+        assert_eq!(c.window(), 1 << 20, "nonsense factors change nothing");
     }
 
     #[test]

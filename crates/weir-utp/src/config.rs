@@ -20,11 +20,20 @@ pub struct Config {
     /// [`crate::Endpoint::set_max_packet_size`].
     pub max_packet_size: usize,
     /// Most payload bytes buffered for sending (unsent plus unacknowledged);
-    /// writes take only what fits. Also bounds the congestion window.
+    /// writes take only what fits. Also bounds the congestion window. The
+    /// buffer a connection actually offers is twice its congestion window,
+    /// between [`Config::min_buffer`] and this.
     pub send_buffer: usize,
-    /// Receive buffer: in-order data not yet read plus out-of-order packets;
-    /// what is free of it is the window advertised to the peer.
+    /// Most bytes of the receive buffer: in-order data not yet read plus
+    /// out-of-order packets; what is free of it is the window advertised
+    /// to the peer. A connection starts at [`Config::min_buffer`] and
+    /// doubles its buffer, up to this, each time the peer delivers half of
+    /// it in order within a second.
     pub recv_buffer: usize,
+    /// What both buffers start at and never go below (capped by each one's
+    /// most): memory a peer gets without proving a rate, the most a peer
+    /// that never acknowledges or sends out of order can pin.
+    pub min_buffer: usize,
     /// LEDBAT's queuing-delay target (BEP 29: 100 ms).
     pub target_delay: Duration,
     /// Initial congestion window in packets.
@@ -59,6 +68,7 @@ impl Default for Config {
             max_packet_size: 1400,
             send_buffer: 16 << 20,
             recv_buffer: 16 << 20,
+            min_buffer: 4 << 20,
             target_delay: Duration::from_millis(100),
             initial_window: 10,
             min_rto: Duration::from_millis(500),
@@ -91,6 +101,7 @@ impl Config {
         let min_buf = 4 * (self.max_packet_size - HEADER_LEN);
         self.send_buffer = self.send_buffer.max(min_buf);
         self.recv_buffer = self.recv_buffer.max(min_buf);
+        self.min_buffer = self.min_buffer.max(min_buf);
         self.initial_window = self.initial_window.max(1);
         self.delayed_ack_packets = self.delayed_ack_packets.max(1);
         self.max_connections = self.max_connections.max(1);

@@ -64,18 +64,28 @@
 //!   always safe. Where the caller knows the path takes more (loopback:
 //!   64 KiB), it says so with [`Config::max_packet_size`] or
 //!   [`Endpoint::set_max_packet_size`]; the connection then probes with
-//!   one padded packet at a time (binary search; a probe's padding is an
+//!   one padded packet at a time (the limit itself first, which passes
+//!   where the caller knows the path, then a binary search below a limit
+//!   that failed; a probe's padding is an
 //!   extension every receiver skips, so a lost probe is resent unpadded and
 //!   costs no data and no window cut); when a probe passes, data written
-//!   but not yet sent is cut again into the larger packets. Lowering the
+//!   but not yet sent is cut again into the larger packets, and in slow
+//!   start the window grows with the packets (it counts packets there:
+//!   ten to begin with, as TCP's). Lowering the
 //!   limit re-cuts unsent data too, but packets already in flight keep
 //!   their size: set the limit before writing. The receive buffer for datagrams must
 //!   be at least `max_packet_size`. Setting `IP_MTU_DISCOVER` to
 //!   `IP_PMTUDISC_PROBE` keeps oversized probes from being fragmented.
 //! - Memory: per connection at most [`Config::send_buffer`] +
 //!   [`Config::recv_buffer`] of payload (16 + 16 MiB by default: a window
-//!   for 50 MB/s at 150 ms plus LEDBAT's queuing target); per endpoint at most [`Config::max_connections`]
-//!   connections, of which at most [`Config::max_half_open`] unconfirmed.
+//!   for 50 MB/s at 150 ms plus LEDBAT's queuing target), and only what
+//!   the peer proved: both start at [`Config::min_buffer`] (4 MiB); the
+//!   send buffer offered is twice the congestion window (which grows only
+//!   with acknowledgements), and the receive buffer doubles when the peer
+//!   delivered half of it in order within a second. A peer that never
+//!   acknowledges, or sends only out of order, pins at most the floor.
+//!   Per endpoint at most [`Config::max_connections`] connections, of
+//!   which at most [`Config::max_half_open`] unconfirmed.
 //!
 //! # Connection ids (BEP 29)
 //!

@@ -66,6 +66,17 @@ impl RecvBuf {
         }
     }
 
+    /// The most bytes it holds (never lowered: a window once advertised
+    /// stays honoured).
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Raises the most bytes it holds to `cap`.
+    pub(crate) fn grow(&mut self, cap: usize) {
+        self.cap = self.cap.max(cap);
+    }
+
     /// Window to advertise: bytes still free.
     pub(crate) fn free(&self) -> usize {
         self.cap

@@ -83,6 +83,17 @@ impl SendBuf {
         self.unsent_bytes + self.held
     }
 
+    /// Sets the most bytes it holds (writes beyond are refused; what it
+    /// holds already stays).
+    pub(crate) fn set_cap(&mut self, cap: usize) {
+        self.cap = cap;
+    }
+
+    /// The most bytes it holds.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
     /// Bytes a write could take now.
     pub(crate) fn space(&self) -> usize {
         self.cap.saturating_sub(self.buffered())

@@ -531,3 +531,44 @@ fn mtu_probing_finds_the_path_limit_and_never_exceeds_the_callers() {
         "sent past the caller's 3000 bytes"
     );
 }
+
+#[test]
+fn buffers_start_at_the_floor_and_grow_only_with_what_the_peer_proves() {
+    let floor = Config::default().min_buffer;
+    assert!(floor < Config::default().send_buffer);
+    // A writer gets the floor, not the most, before anything is acknowledged.
+    let mut p = Pair::new(ep(1), ep(2));
+    let a = p.a.connect(p.b_addr, p.now).unwrap();
+    let data = pattern(16 << 20, 3);
+    let n = p.a.write(a, &data, p.now).unwrap();
+    assert_eq!(n, floor, "took more than the floor before any ACK");
+    // A peer that answers the SYN and then acknowledges nothing: the
+    // window never grows, so neither does what the sender holds.
+    let mut answered = 0;
+    let mut ack_nothing = |d: Dir, _: &mut Vec<u8>| match d {
+        Dir::AtoB => true,
+        Dir::BtoA => {
+            answered += 1;
+            answered == 1
+        }
+    };
+    p.run_for(Duration::from_secs(5), &mut ack_nothing);
+    assert_eq!(p.a.write(a, &data[n..], p.now), Ok(0));
+    let st = p.a.conn_stats(a).unwrap();
+    assert!(st.send_buffered <= floor, "{st:?}");
+
+    // A peer delivering 1.5 MB/s (under half the 4 MiB floor a second)
+    // is never advertised more than the floor; one delivering 20 MB/s is
+    // (sim.rs's a_long_fat_path_with_large_datagrams_ramps_within_two_seconds
+    // shows it reaching 16 MiB where the path needs it).
+    let link = LinkSpec::new(Duration::from_millis(10), 1_500_000, 1 << 20);
+    let (app, mut sim) = bulk_over(Config::default(), link, 60 << 20, 10);
+    assert!(app.received > 10_000_000, "got {}", app.received);
+    let st = sim.endpoint(0).conn_stats(app.conn.unwrap()).unwrap();
+    assert!(st.peer_window <= floor, "{st:?}");
+    let link = LinkSpec::new(Duration::from_millis(10), 20_000_000, 1 << 20);
+    let (app, mut sim) = bulk_over(Config::default(), link, 200 << 20, 3);
+    assert!(app.received > 30_000_000, "got {}", app.received);
+    let st = sim.endpoint(0).conn_stats(app.conn.unwrap()).unwrap();
+    assert!(st.peer_window > floor, "{st:?}");
+}

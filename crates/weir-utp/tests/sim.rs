@@ -107,6 +107,51 @@ fn fills_a_50_mbs_link_at_150_ms_rtt() {
     );
 }
 
+/// What `weir bench transports` measures through the UDP link emulator,
+/// in virtual time: 150 ms round trip, 50 MB/s, a 4 MiB tail-drop queue,
+/// weir peers on loopback (64 KiB datagrams allowed, probed).
+#[test]
+fn a_long_fat_path_with_large_datagrams_ramps_within_two_seconds() {
+    let rate = 50_000_000;
+    let mut fwd = LinkSpec::new(Duration::from_millis(75), rate, 4 << 20);
+    fwd.mtu = 65_535;
+    let mut back = LinkSpec::new(Duration::from_millis(75), rate, 4 << 20);
+    back.mtu = 65_535;
+    let cfg = Config {
+        max_packet_size: 65_000,
+        ..Config::default()
+    };
+    let (mut r, _) = run(cfg, fwd, back, 600_000_000, 10.0, None);
+    let at = |t: f64| r.app.received_at(r.t0 + Duration::from_secs_f64(t)) as f64 / MB;
+    let (at1, at2, at10) = (at(1.0), at(2.0), at(10.0));
+    let st = r.sim.endpoint(0).conn_stats(r.app.conn.unwrap()).unwrap();
+    eprintln!(
+        "50 MB/s, 150 ms RTT, 64 KiB datagrams: {at1:.1} MB at 1 s, {at2:.1} at 2 s, {at10:.1} at \
+         10 s ({:.0}% of the link); packet {} B after {} probe(s), peer window {} B, cwnd {} B, \
+         {} loss events, {} timeouts",
+        at10 / 500.0 * 100.0,
+        st.packet_size,
+        st.mtu_probes,
+        st.peer_window,
+        st.cwnd,
+        st.loss_events,
+        st.timeouts
+    );
+    // The caller's ceiling passes, so one probe finds it.
+    assert_eq!(st.packet_size, 65_000, "{st:?}");
+    assert_eq!(st.mtu_probes, 1, "{st:?}");
+    // The receiver's window grew past its 4 MiB start: the path holds
+    // 7.5 MB in flight, which 4 MiB would have capped at 28 MB/s.
+    assert!(st.peer_window > 8 << 20, "{st:?}");
+    // Ten 64 KiB packets to begin slow start with, not ten of 1400 bytes:
+    // a 7.5 MB window in a handful of round trips. (With 1400-byte
+    // packets until the probes, and 4 MiB windows, this path had 5.7 MB by
+    // 2 s and 75% of the link by 10 s.)
+    assert!(at2 >= 40.0, "{at2:.1} MB by 2 s");
+    assert!(at10 >= 0.85 * 500.0, "{at10:.1} MB by 10 s");
+    assert!(at10 <= 500.0, "faster than the link: {at10:.1} MB");
+}
+
 #[test]
 fn one_percent_loss_still_moves_data() {
     let rate = 10_000_000;

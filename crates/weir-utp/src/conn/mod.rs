@@ -51,11 +51,24 @@ struct Mtu {
     floor: usize,
     ceiling: usize,
     probe: Option<(u16, usize)>,
+    /// The first probe tries the ceiling itself (the caller's own limit,
+    /// which usually passes: loopback); the search halves only after it.
+    tried_ceiling: bool,
 }
 
 impl Mtu {
     fn searching(&self) -> bool {
         self.probe.is_none() && self.ceiling > self.floor + self.floor / 64 + 16
+    }
+
+    /// The size of the next probe: the ceiling first, then halfway.
+    fn next_probe(&mut self) -> usize {
+        if self.tried_ceiling {
+            (self.floor + self.ceiling).div_ceil(2)
+        } else {
+            self.tried_ceiling = true;
+            self.ceiling
+        }
     }
 }
 
@@ -91,6 +104,9 @@ pub(crate) struct Conn {
     force_one: bool,
     // --- receiving ---
     recv: RecvBuf,
+    /// Since when, and how many bytes, the peer delivered in order in the
+    /// current second (see [`Conn::grow_recv`]).
+    rx_epoch: Option<(Instant, usize)>,
     ack_nr: u16,
     syn_seq: u16,
     reply_micro: u32,
@@ -139,7 +155,7 @@ impl Conn {
             initiator,
             cfg: cfg.clone(),
             known: false,
-            send: SendBuf::new(cfg.send_buffer),
+            send: SendBuf::new(cfg.send_buffer.min(cfg.min_buffer)),
             seq_nr: isn,
             una: isn,
             bytes_in_flight: 0,
@@ -156,6 +172,7 @@ impl Conn {
                 floor: packet,
                 ceiling: cfg.max_packet_size,
                 probe: None,
+                tried_ceiling: false,
             },
             resend: VecDeque::new(),
             rto_at: None,
@@ -167,7 +184,8 @@ impl Conn {
             partial_inflight: None,
             pace_at: None,
             force_one: false,
-            recv: RecvBuf::new(cfg.recv_buffer, max_span),
+            recv: RecvBuf::new(cfg.recv_buffer.min(cfg.min_buffer), max_span),
+            rx_epoch: None,
             ack_nr: 0,
             syn_seq: 0,
             reply_micro: 0,
@@ -175,7 +193,7 @@ impl Conn {
             ack_at: None,
             unacked: 0,
             largest_payload: 0,
-            last_wnd: cfg.recv_buffer,
+            last_wnd: cfg.recv_buffer.min(cfg.min_buffer),
             close_requested: false,
             fin_seq: None,
             fin_acked: false,
@@ -262,8 +280,43 @@ impl Conn {
             && self.send.inflight.len() < MAX_WINDOW_PACKETS - 1
     }
 
+    /// The send buffer the connection offers now: twice the congestion
+    /// window (what is in flight and as much again to send next), between
+    /// the floor and [`Config::send_buffer`]. A peer that acknowledges
+    /// nothing never grows the window, so it pins at most the floor.
+    fn send_cap(&self) -> usize {
+        let most = self.cfg.send_buffer;
+        (2 * self.cc.window()).clamp(self.cfg.min_buffer.min(most), most)
+    }
+
+    /// Doubles the receive buffer (the window advertised) when the peer
+    /// delivered half of it in order within a second: a sender the window
+    /// holds back on a path of up to a 2 s round trip does, one that is
+    /// slower does not need more, and a peer gets more memory only for
+    /// data it actually delivered.
+    fn grow_recv(&mut self, delivered: usize, now: Instant) {
+        let cap = self.recv.cap();
+        if cap >= self.cfg.recv_buffer {
+            return;
+        }
+        let (since, bytes) = match self.rx_epoch {
+            Some((t, b)) if now.saturating_duration_since(t) < Duration::from_secs(1) => (t, b),
+            _ => (now, 0),
+        };
+        let bytes = bytes + delivered;
+        if bytes >= cap / 2 {
+            self.recv.grow((2 * cap).min(self.cfg.recv_buffer));
+            self.rx_epoch = Some((now, 0));
+            // Tell the peer at once: it may be waiting on the window.
+            self.ack_now = true;
+        } else {
+            self.rx_epoch = Some((since, bytes));
+        }
+    }
+
     /// Whether the application may write (and how much fits).
     pub(crate) fn write(&mut self, data: &[u8]) -> usize {
+        self.send.set_cap(self.send_cap());
         let n = self.send.write(data, self.payload_max());
         if n < data.len() {
             self.want_writable = true;
@@ -306,8 +359,9 @@ impl Conn {
     /// A read freed space: tell the peer if its view of our window was small.
     fn after_read(&mut self) {
         let free = self.recv.free();
-        let step = (self.cfg.recv_buffer / 4).max(self.cfg.packet_size);
-        if free >= self.last_wnd + step && self.last_wnd < self.cfg.recv_buffer / 2 {
+        let cap = self.recv.cap();
+        let step = (cap / 4).max(self.cfg.packet_size);
+        if free >= self.last_wnd + step && self.last_wnd < cap / 2 {
             self.ack_now = true;
         }
     }
@@ -427,7 +481,8 @@ impl Conn {
         if matches!(h.ptype, PacketType::Data | PacketType::Fin) {
             self.on_data(h, p.payload, now, events);
         }
-        if self.want_writable && self.send.space() >= (self.cfg.send_buffer / 4).max(1) {
+        self.send.set_cap(self.send_cap());
+        if self.want_writable && self.send.space() >= (self.send.cap() / 4).max(1) {
             self.want_writable = false;
             events.push_back(Event::Writable(self.handle));
         }
@@ -531,6 +586,11 @@ impl Conn {
         {
             self.mtu.probe = None;
             if !lost && transmissions == 1 && size > self.mtu.floor {
+                // In slow start the window counts packets (ten to begin
+                // with, as TCP's), and larger ones now pass.
+                if self.cc.in_slow_start() {
+                    self.cc.scale(size as f64 / self.mtu.floor as f64);
+                }
                 self.mtu.floor = size;
                 self.cc.set_min(2 * self.mtu.floor);
                 self.stats.packet_size = self.mtu.floor;
@@ -654,8 +714,10 @@ impl Conn {
             return;
         }
         let had_gap = self.recv.held() > 0;
+        let ready = self.recv.ready_bytes();
         match self.recv.on_packet(offset, payload) {
             Arrival::InOrder(n) => {
+                self.grow_recv(self.recv.ready_bytes() - ready, now);
                 if h.ptype == PacketType::Fin && offset == 0 {
                     self.peer_fin = Some(h.seq_nr);
                 }
@@ -840,7 +902,7 @@ impl Conn {
         s.peer_window = self.peer_wnd;
         s.bytes_in_flight = self.bytes_in_flight;
         s.send_buffered = self.send.buffered();
-        s.recv_buffered = self.cfg.recv_buffer - self.recv.free();
+        s.recv_buffered = self.recv.cap() - self.recv.free();
         s.reorder_held = self.recv.held();
         s.slow_start = self.cc.in_slow_start();
         s

@@ -192,7 +192,7 @@ impl Conn {
             && self.cc.window() > 3 * self.mtu.floor
             && self.send.unsent_bytes() >= 2 * len
             && seq != 0)
-            .then(|| (self.mtu.floor + self.mtu.ceiling).div_ceil(2));
+            .then(|| self.mtu.next_probe());
         let h = self.ts_header(PacketType::Data, seq, ts);
         let (datagram, payload) = match probe_to {
             None => {

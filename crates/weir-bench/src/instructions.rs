@@ -917,12 +917,16 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                         per(b.hash)
                     };
                     sayln!(
-                        "{:<10} {:<10} {:>14} Ir  {:6.2} Ir/B  hash {:6.2}  memcpy {:5.2}  rest {:6.2}  ({:.0} s)",
+                        "{:<10} {:<10} {:>14} Ir  {:6.2} Ir/B  hash {:>6}  memcpy {:5.2}  rest {:6.2}  ({:.0} s)",
                         r.name(),
                         r.protocol().name(),
                         b.total,
                         per(b.total),
-                        hash,
+                        if hash.is_nan() {
+                            "-".to_string()
+                        } else {
+                            format!("{hash:.2}")
+                        },
                         per(b.memcpy),
                         per(b.rest()),
                         c.wall_s

@@ -15,6 +15,7 @@ pub mod common;
 pub mod daemon;
 pub mod ed2k;
 pub mod hostile;
+pub mod instructions;
 pub mod killsuite;
 pub mod magnet;
 pub mod many;
@@ -49,7 +50,7 @@ macro_rules! sayln {
 pub(crate) use sayln;
 
 /// The scenarios `weir bench` knows, by command-line name.
-pub const SCENARIOS: [&str; 15] = [
+pub const SCENARIOS: [&str; 16] = [
     "bt-single",
     "ramp",
     "cap",
@@ -65,7 +66,18 @@ pub const SCENARIOS: [&str; 15] = [
     "transports",
     "magnet",
     "swarm",
+    "instructions",
 ];
+
+/// Runs per table cell of scenario `name` when `--runs` is not given: 3,
+/// or 1 for `instructions` (a run under valgrind is some 50x slower and
+/// its counts barely vary).
+pub fn default_runs(name: &str) -> usize {
+    match name {
+        "instructions" => instructions::DEFAULT_RUNS,
+        _ => 3,
+    }
+}
 
 /// Runs the scenario named `name` (one of [`SCENARIOS`]).
 pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
@@ -85,6 +97,7 @@ pub fn run(name: &str, cfg: &BenchConfig) -> anyhow::Result<()> {
         "transports" => transports::run(cfg),
         "magnet" => magnet::run(cfg),
         "swarm" => swarm::run(cfg),
+        "instructions" => instructions::run(cfg),
         _ => anyhow::bail!(
             "unknown scenario {name:?} (known: {})",
             SCENARIOS.join(", ")

@@ -64,6 +64,11 @@ pub struct AmuleConfig {
     /// Verbose debug logging of client protocol, part files, zlib and
     /// sockets into `logfile` (default: env `WEIR_LAB_AMULE_DEBUG` set).
     pub verbose_debug: bool,
+    /// Run amuled under this program: the command line becomes
+    /// `wrapper... amuled args...` (e.g. `valgrind --tool=callgrind ...`).
+    /// Empty: amuled itself. Under a wrapper the start-up waits are ten
+    /// times longer (valgrind runs it some 50x slower).
+    pub wrapper: Vec<String>,
 }
 
 impl AmuleConfig {
@@ -82,6 +87,7 @@ impl AmuleConfig {
             max_up_kbps: 65534,
             max_down_kbps: 0,
             verbose_debug: std::env::var_os("WEIR_LAB_AMULE_DEBUG").is_some(),
+            wrapper: Vec::new(),
         }
     }
 
@@ -371,13 +377,25 @@ impl Amule {
     pub fn start(ns: &Netns, dir: &Path, cfg: AmuleConfig) -> anyhow::Result<Amule> {
         write_config(dir, &cfg)?;
         let dir = dir.canonicalize()?;
-        let mut cmd = ns.command("amuled");
+        let mut cmd = match cfg.wrapper.split_first() {
+            None => ns.command("amuled"),
+            Some((first, rest)) => {
+                let mut c = ns.command(first);
+                c.args(rest).arg("amuled");
+                c
+            }
+        };
         cmd.arg(format!("--config-dir={}", dir.display()))
             .arg("-o")
             .env("HOME", &dir);
         let mut proc = Proc::spawn_logged("amuled", &mut cmd, &dir)?;
+        let wait = if cfg.wrapper.is_empty() {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(600)
+        };
         let ec = SocketAddr::from((cfg.bind, cfg.ec_port));
-        if let Err(e) = ns.wait_port(ec, Duration::from_secs(60)) {
+        if let Err(e) = ns.wait_port(ec, wait) {
             return Err(proc.failure(&format!("amuled EC port: {e:#}")));
         }
         let mut a = Amule {
@@ -386,7 +404,7 @@ impl Amule {
             ns_name: ns.name().to_string(),
             proc,
         };
-        a.wait_ec(Instant::now() + Duration::from_secs(60))?;
+        a.wait_ec(Instant::now() + wait)?;
         // amuled empties shareddir.dat on a fresh config dir's first start.
         // Reload only then: a reload while amuled hashes its shares drops
         // the file being hashed from the shared list.

@@ -88,6 +88,19 @@ pub(crate) fn aria2_command(
     Ok(c)
 }
 
+/// A command running `program` inside `ns`, under `wrapper` when it is
+/// not empty (`ip netns exec NAME wrapper... program`).
+fn wrapped(ns: &Netns, wrapper: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match wrapper.split_first() {
+        None => ns.command(program),
+        Some((first, rest)) => {
+            let mut c = ns.command(first);
+            c.args(rest).arg(program);
+            c
+        }
+    }
+}
+
 /// Starts `client` for `role`. `dir` is the data dir (seed) or output dir
 /// (leech).
 #[allow(clippy::too_many_arguments)]
@@ -114,10 +127,20 @@ pub(crate) fn launch(
         if role == Role::Seed { "seed" } else { "leech" }
     );
     let logs = work.path();
+    let wraps = matches!(
+        client,
+        Client::Libtorrent | Client::LibtorrentHps | Client::Command(_)
+    );
+    if !opts.wrapper.is_empty() && !wraps {
+        bail!(
+            "{}: a wrapper is supported for libtorrent and command clients only",
+            client.name()
+        );
+    }
     match client {
         Client::Libtorrent | Client::LibtorrentHps => {
             let script = super::write_lt_script(work.path(), "weir_lt_adapter.py", LT_ADAPTER)?;
-            let mut c = ns.command(PYTHON);
+            let mut c = wrapped(ns, &opts.wrapper, PYTHON);
             c.arg(&script)
                 .arg(if role == Role::Seed { "seed" } else { "leech" })
                 .arg("--torrent")
@@ -273,7 +296,7 @@ fn launch_command(
             .replace("{ready}", &s(flag)?)
             .replace("{tracker}", info.announce.as_deref().unwrap_or("")))
     };
-    let mut c = ns.command(subst(prog)?);
+    let mut c = wrapped(ns, &opts.wrapper, subst(prog)?);
     for a in args {
         c.arg(subst(a)?);
     }
@@ -479,5 +502,38 @@ pub(crate) fn transmission_seed_ready(
             )));
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wrapper_goes_between_the_namespace_and_the_program() {
+        if !crate::ci::require_root_and_netns().unwrap() {
+            return;
+        }
+        let ns = Netns::new("wrap").unwrap();
+        let args = |c: &Command| -> Vec<String> {
+            c.get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let plain = wrapped(&ns, &[], "prog");
+        assert_eq!(args(&plain), ["netns", "exec", ns.name(), "prog"]);
+        let w = ["valgrind".to_string(), "--tool=callgrind".to_string()];
+        let under = wrapped(&ns, &w, "prog");
+        assert_eq!(
+            args(&under),
+            [
+                "netns",
+                "exec",
+                ns.name(),
+                "valgrind",
+                "--tool=callgrind",
+                "prog"
+            ]
+        );
     }
 }

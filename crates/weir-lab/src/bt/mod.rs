@@ -206,6 +206,13 @@ pub struct Options {
     /// `--utp-only` for uTP with TCP off both ways;
     /// transmission-daemon: its own flags, e.g. `--encryption-required`).
     pub extra_args: Vec<String>,
+    /// Run the client's program under this one: the command line becomes
+    /// `wrapper... program args...` (e.g. `valgrind --tool=callgrind
+    /// ...`). libtorrent and command clients only; others refuse it. A
+    /// leecher under a wrapper gets the rest of [`Options::timeout`] to
+    /// exit by itself after its completion report (a wrapper such as
+    /// valgrind writes its results at the exit), not the usual 3 s.
+    pub wrapper: Vec<String>,
 }
 
 impl Default for Options {
@@ -220,6 +227,7 @@ impl Default for Options {
             progress_every: None,
             magnet: None,
             extra_args: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 }
@@ -429,8 +437,16 @@ pub fn leech_with(
         // The completion report: the whole payload is in.
         progress.push((seconds, info.length));
     }
-    // Clients that exit by themselves after completion get a moment to do so.
-    let (status, usage) = match l.proc.wait_timeout(Duration::from_secs(3))? {
+    // Clients that exit by themselves after completion get a moment to do
+    // so; under a wrapper, what is left of the timeout.
+    let grace = if opts.wrapper.is_empty() {
+        Duration::from_secs(3)
+    } else {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(3))
+    };
+    let (status, usage) = match l.proc.wait_timeout(grace)? {
         Some(done) => done,
         None => l.proc.kill_tree()?,
     };

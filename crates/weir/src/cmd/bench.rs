@@ -14,15 +14,17 @@ use crate::exit::bad_input;
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// Scenario: bt-single, ramp, cap, rtt, zmodem, ed2k, daemon, killsuite,
-    /// multi, many, hostile, recheck, transports, magnet or swarm.
+    /// multi, many, hostile, recheck, transports, magnet, swarm or
+    /// instructions.
     #[arg(value_name = "SCENARIO")]
     scenario: String,
     /// Directory for the result files.
     #[arg(long, value_name = "DIR", default_value = "bench-results")]
     out: std::path::PathBuf,
-    /// Runs per table cell (the median is reported).
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    runs: usize,
+    /// Runs per table cell (the median is reported; default 3, or 1 for
+    /// instructions).
+    #[arg(long, value_name = "N")]
+    runs: Option<usize>,
     /// Payload size in MiB (default: the scenario's own).
     #[arg(long = "size-mib", value_name = "N")]
     size_mib: Option<u64>,
@@ -40,7 +42,7 @@ fn config(args: &Args) -> anyhow::Result<BenchConfig> {
             SCENARIOS.join(", ")
         )));
     }
-    if args.runs == 0 {
+    if args.runs == Some(0) {
         return Err(bad_input("--runs must be at least 1"));
     }
     if args.size_mib == Some(0) {
@@ -48,7 +50,9 @@ fn config(args: &Args) -> anyhow::Result<BenchConfig> {
     }
     let exe = std::env::current_exe()?;
     let mut cfg = BenchConfig::new(exe, args.out.clone());
-    cfg.runs = args.runs;
+    cfg.runs = args
+        .runs
+        .unwrap_or_else(|| weir_bench::default_runs(&args.scenario));
     cfg.size_mib = args.size_mib;
     cfg.extra = args.set.clone();
     cfg.command_line = std::env::args().collect::<Vec<_>>().join(" ");
@@ -105,6 +109,8 @@ mod tests {
         assert_eq!(d.runs, 3);
         assert_eq!(d.out_dir, std::path::PathBuf::from("bench-results"));
         assert!(d.weir_argv().contains(&"127.0.0.0/8".to_string()));
+        assert_eq!(cfg(&["instructions"]).unwrap().runs, 1);
+        assert_eq!(cfg(&["instructions", "--runs", "2"]).unwrap().runs, 2);
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl Session {
 
     /// The torrent transfer and file index an eD2k link names, if any.
     pub(crate) fn matching_torrent_file(&self, link: &FileLink) -> Option<(TransferId, usize)> {
-        for (id, t) in &self.transfers {
+        for (id, t) in self.transfers.iter() {
             let (Some(b), None) = (&t.bt, &t.ed2k) else {
                 continue;
             };

@@ -728,3 +728,79 @@ fn an_ed2k_link_does_not_join_a_deselected_file_of_a_torrent() {
     assert!(s.ed2k_joins(&ed2k_link("a.bin", 65_536, 1)).is_some());
     assert_eq!(s.ed2k_joins(&ed2k_link("b.bin", 34_464, 2)), None);
 }
+
+/// What a snapshot gives must always be what a full walk gives; whether
+/// it is a new vector.
+fn assert_fresh(s: &mut Session, last: &mut Arc<Vec<TransferInfo>>, now: Instant) -> bool {
+    let snap = s.snapshot(now);
+    let full: Vec<TransferInfo> = s.infos(now).collect();
+    assert_eq!(format!("{:?}", *snap), format!("{full:?}"));
+    let new = !Arc::ptr_eq(&snap, last);
+    *last = snap;
+    new
+}
+
+#[test]
+fn snapshots_equal_a_full_walk_and_idle_transfers_cost_nothing() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let mut cache = s.snapshot(now);
+    assert!(cache.is_empty());
+    assert!(!assert_fresh(&mut s, &mut cache, now), "empty stays empty");
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    // Nothing happened: the same vector.
+    assert!(!assert_fresh(
+        &mut s,
+        &mut cache,
+        now + Duration::from_secs(5)
+    ));
+    // Learnt peers, a dial, a connection: only `a` moves.
+    s.add_peers(a, Proto::Bt, &[peer(1), peer(2)], Source::Manual, now);
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    assert_eq!(cache[0].known, 2);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    s.established(
+        d[0].0,
+        Established::Bt {
+            theirs: their_handshake(1, 1),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    assert_eq!(cache[0].peers, 1);
+    // A transfer with a peer is recomputed every time (its rates move).
+    assert!(assert_fresh(
+        &mut s,
+        &mut cache,
+        now + Duration::from_secs(1)
+    ));
+    // A holder elsewhere (a published snapshot) keeps what it saw.
+    let held = cache.clone();
+    s.pause(a, now);
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    assert_eq!(cache[0].phase, Phase::Paused);
+    assert_eq!(held[0].phase, Phase::Downloading);
+    // Paused, no peer, nothing happening: both idle again.
+    assert!(!assert_fresh(
+        &mut s,
+        &mut cache,
+        now + Duration::from_secs(2)
+    ));
+    s.resume(a, now);
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    // Removed: the ids differ, the walk starts again.
+    assert!(s.remove(b, now));
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    assert_eq!(cache.len(), 1);
+    let c = add(&mut s, 3, now);
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    assert_eq!(cache.last().map(|i| i.id), Some(c));
+    // A ban touches every transfer (their books forget the address).
+    s.ban(peer(2).ip(), BanReason::BadBlock { strikes: 1 });
+    assert_fresh(&mut s, &mut cache, now);
+}

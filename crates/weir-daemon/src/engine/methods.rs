@@ -93,7 +93,7 @@ impl Backend for EngineBackend {
                 s.active_torrent_count += 1;
             }
         }
-        for i in &infos {
+        for i in infos.iter() {
             s.download_speed += i.download_rate.max(0.0) as u64;
             s.upload_speed += i.upload_rate.max(0.0) as u64;
             s.current.downloaded_bytes += i.downloaded.0 + i.downloaded.1;
@@ -151,15 +151,18 @@ impl Backend for EngineBackend {
         }
         let mut newly_done = Vec::new();
         let list = {
-            let mut st = self.lock();
-            let ids = st.selected(&query.select, Some(&by_eid));
-            let positions = st.queue_positions();
-            let mut out = Vec::with_capacity(ids.len());
-            let mut rows = Vec::with_capacity(ids.len());
-            for id in ids {
-                let Some(e) = st.entries.get_mut(&id) else {
+            let mut guard = self.lock();
+            let positions = guard.queue_positions();
+            let st = &mut *guard;
+            let mut out = Vec::with_capacity(st.entries.len());
+            let mut rows = Vec::with_capacity(st.entries.len());
+            let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+            // One walk over the entries in id order (not a search for each
+            // selected id).
+            for (&id, e) in st.entries.iter_mut() {
+                if !super::is_selected(e, &query.select, Some(&by_eid), cutoff) {
                     continue;
-                };
+                }
                 let info = e.engine_id.and_then(|eid| by_eid.get(&eid));
                 if let Some(i) = info {
                     e.saw(i);
@@ -180,12 +183,12 @@ impl Backend for EngineBackend {
                 };
                 let position = positions.get(&id).copied().unwrap_or(0);
                 if query.detail == Detail::default() {
-                    let key = view::ViewKey::of(e, info, &absent, position, now);
-                    if let Some((v, r)) = view::CachedView::get(&e.list_view, e, &key) {
+                    if let Some((v, r)) = view::CachedView::get(e, info, &absent, position, now) {
                         out.push(v);
                         rows.push(Some(r));
                         continue;
                     }
+                    let key = view::ViewKey::of(e, info, &absent, position, now);
                     let mut v = view::fill(e, info, absent, None, query.detail, now);
                     v.queue_position = position;
                     let v = Arc::new(v);

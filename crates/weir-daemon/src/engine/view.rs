@@ -76,15 +76,20 @@ pub(super) struct CachedView {
 }
 
 impl CachedView {
-    /// The cached view if `e`'s base and `key` are what it was built from.
+    /// The cached view if `e`'s base and the key of the other arguments
+    /// (see [`ViewKey::of`]) are what it was built from.
     pub(super) fn get(
-        cached: &Option<CachedView>,
         e: &Entry,
-        key: &ViewKey,
+        info: Option<&TransferInfo>,
+        absent: &Absent,
+        queue_position: u32,
+        now: u64,
     ) -> Option<(Arc<TransferView>, Arc<RowCache>)> {
-        cached
+        e.list_view
             .as_ref()
-            .filter(|c| Arc::ptr_eq(&c.base, &e.base) && c.key == *key)
+            .filter(|c| {
+                Arc::ptr_eq(&c.base, &e.base) && c.key.is(e, info, absent, queue_position, now)
+            })
             .map(|c| (c.view.clone(), c.rows.clone()))
     }
 
@@ -103,7 +108,89 @@ impl CachedView {
     }
 }
 
+impl InfoKey {
+    fn of(i: &TransferInfo) -> InfoKey {
+        InfoKey {
+            phase: i.phase,
+            error: i.error.clone(),
+            bytes_had: i.bytes_had,
+            downloaded: i.downloaded,
+            uploaded: i.uploaded,
+            download_rate: i.download_rate.max(0.0) as u64,
+            upload_rate: i.upload_rate.max(0.0) as u64,
+            peers: i.peers,
+        }
+    }
+
+    /// Whether `i` has this key (without building one).
+    fn is(&self, i: &TransferInfo) -> bool {
+        self.phase == i.phase
+            && self.error == i.error
+            && self.bytes_had == i.bytes_had
+            && self.downloaded == i.downloaded
+            && self.uploaded == i.uploaded
+            && self.download_rate == i.download_rate.max(0.0) as u64
+            && self.upload_rate == i.upload_rate.max(0.0) as u64
+            && self.peers == i.peers
+    }
+}
+
+impl AbsentKey {
+    fn of(a: &Absent) -> AbsentKey {
+        match a {
+            Absent::Opening => AbsentKey::Opening,
+            Absent::Failed(w) => AbsentKey::Failed(w.clone()),
+            Absent::Stopped => AbsentKey::Stopped,
+            Absent::Fetching(w) => AbsentKey::Fetching(w.clone()),
+        }
+    }
+
+    fn is(&self, a: &Absent) -> bool {
+        match (self, a) {
+            (AbsentKey::Opening, Absent::Opening) | (AbsentKey::Stopped, Absent::Stopped) => true,
+            (AbsentKey::Failed(x), Absent::Failed(y)) => x == y,
+            (AbsentKey::Fetching(x), Absent::Fetching(y)) => x == y,
+            _ => false,
+        }
+    }
+}
+
+fn moving(info: Option<&TransferInfo>) -> bool {
+    info.is_some_and(|i| i.download_rate >= 1.0 || i.upload_rate >= 1.0)
+}
+
 impl ViewKey {
+    /// Whether this is the key [`ViewKey::of`] would make of the same
+    /// arguments, without making one (no clone of labels or errors for
+    /// each idle transfer of each `torrent-get`).
+    pub(super) fn is(
+        &self,
+        e: &Entry,
+        info: Option<&TransferInfo>,
+        absent: &Absent,
+        queue_position: u32,
+        now: u64,
+    ) -> bool {
+        let info_same = match (&self.info, info) {
+            (Some(k), Some(i)) => k.is(i),
+            (None, None) => true,
+            _ => false,
+        };
+        info_same
+            && self.absent.is(absent)
+            && self.labels == e.record.labels
+            && self.added == e.record.added
+            && self.done == e.record.done
+            && self.finished == e.record.finished
+            && self.limits == e.record.limits
+            && self.started == e.started
+            && self.edited == e.edited
+            && self.earlier == e.earlier
+            && self.run == e.run
+            && self.queue_position == queue_position
+            && self.active_at == moving(info).then_some(now)
+    }
+
     /// The key of `fill(e, info, absent, None, Detail::default(), now)`
     /// with `queue_position` set (the base view is compared apart, by
     /// pointer: see [`CachedView`]).
@@ -114,24 +201,9 @@ impl ViewKey {
         queue_position: u32,
         now: u64,
     ) -> ViewKey {
-        let moving = info.is_some_and(|i| i.download_rate >= 1.0 || i.upload_rate >= 1.0);
         ViewKey {
-            info: info.map(|i| InfoKey {
-                phase: i.phase,
-                error: i.error.clone(),
-                bytes_had: i.bytes_had,
-                downloaded: i.downloaded,
-                uploaded: i.uploaded,
-                download_rate: i.download_rate.max(0.0) as u64,
-                upload_rate: i.upload_rate.max(0.0) as u64,
-                peers: i.peers,
-            }),
-            absent: match absent {
-                Absent::Opening => AbsentKey::Opening,
-                Absent::Failed(w) => AbsentKey::Failed(w.clone()),
-                Absent::Stopped => AbsentKey::Stopped,
-                Absent::Fetching(w) => AbsentKey::Fetching(w.clone()),
-            },
+            info: info.map(InfoKey::of),
+            absent: AbsentKey::of(absent),
             labels: e.record.labels.clone(),
             added: e.record.added,
             done: e.record.done,
@@ -142,7 +214,7 @@ impl ViewKey {
             earlier: e.earlier,
             run: e.run,
             queue_position,
-            active_at: moving.then_some(now),
+            active_at: moving(info).then_some(now),
         }
     }
 }
@@ -374,6 +446,74 @@ mod tests {
             priority: Priority::Normal,
             begin_piece: 0,
             end_piece: 0,
+        }
+    }
+
+    fn info() -> TransferInfo {
+        TransferInfo {
+            id: weir_session::TransferId(3),
+            name: Arc::from("t"),
+            size: 1000,
+            wanted: 1000,
+            phase: Phase::Downloading,
+            info_hash: None,
+            ed2k_hash: None,
+            bytes_had: 10,
+            downloaded: (5, 6),
+            uploaded: (7, 8),
+            download_rate: 2.5,
+            upload_rate: 0.0,
+            peers: 1,
+            known: 4,
+            hash_failures: 0,
+            protocol_errors: 0,
+            banned: 0,
+            added_at: std::time::Instant::now(), // test-epoch
+            complete_at: None,
+            error: None,
+            disk_full: None,
+        }
+    }
+
+    #[test]
+    fn keys_compare_as_the_keys_they_would_build() {
+        let i = info();
+        let k = InfoKey::of(&i);
+        assert!(k.is(&i));
+        let changes: [&dyn Fn(&mut TransferInfo); 8] = [
+            &|i| i.phase = Phase::Seeding,
+            &|i| i.error = Some("x".into()),
+            &|i| i.bytes_had += 1,
+            &|i| i.downloaded.1 += 1,
+            &|i| i.uploaded.0 += 1,
+            &|i| i.download_rate = 3.5,
+            &|i| i.upload_rate = 1.0,
+            &|i| i.peers = 0,
+        ];
+        for (n, change) in changes.iter().enumerate() {
+            let mut j = info();
+            change(&mut j);
+            assert!(!k.is(&j), "change {n} not seen");
+            assert!(InfoKey::of(&j).is(&j));
+            assert_eq!(k == InfoKey::of(&j), k.is(&j), "change {n}");
+        }
+        // Fields the list view does not show do not count.
+        let mut j = info();
+        j.known = 9;
+        j.download_rate = 2.9;
+        assert!(k.is(&j));
+        let why: Arc<str> = Arc::from("gone");
+        let absents = [
+            Absent::Opening,
+            Absent::Stopped,
+            Absent::Failed(why.clone()),
+            Absent::Fetching(None),
+            Absent::Fetching(Some(why)),
+        ];
+        for (x, a) in absents.iter().enumerate() {
+            for (y, b) in absents.iter().enumerate() {
+                assert_eq!(AbsentKey::of(a).is(b), x == y, "{x} {y}");
+            }
         }
     }
 

@@ -314,7 +314,7 @@ pub(crate) enum Command {
     Remove(TransferId, oneshot::Sender<bool>),
     /// As `Remove`, answered once the storage is closed.
     RemoveClosed(TransferId, oneshot::Sender<bool>),
-    Snapshot(oneshot::Sender<Vec<TransferInfo>>),
+    Snapshot(oneshot::Sender<Arc<Vec<TransferInfo>>>),
     StartAccepting,
     Pieces(
         TransferId,
@@ -647,8 +647,9 @@ impl EngineHandle {
         rx.await.ok().flatten()
     }
 
-    /// Every transfer now.
-    pub async fn snapshot(&self) -> Vec<TransferInfo> {
+    /// Every transfer now, in id order (shared with the driver's own copy:
+    /// cheap to ask for again).
+    pub async fn snapshot(&self) -> Arc<Vec<TransferInfo>> {
         let (tx, rx) = oneshot::channel();
         self.command(Command::Snapshot(tx)).await;
         rx.await.unwrap_or_default()

@@ -42,7 +42,7 @@ mod open;
 mod pool;
 mod space;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -90,6 +90,32 @@ impl std::fmt::Debug for DiskStorage {
     }
 }
 
+/// What a group of transfers (an engine's) submitted for writing and has
+/// not written yet, kept as they submit and write: a driver checks it on
+/// each turn of its loop in one load (it summed its transfers'
+/// [`DiskStorage::backlog`], and a daemon with 1,000 idle torrents read
+/// 1,000 counters for each batch of messages). Join a transfer to a group
+/// with [`Opened::in_group`]; alone it has a group of its own.
+#[derive(Clone, Debug, Default)]
+pub struct Backlog(Arc<AtomicU64>);
+
+impl Backlog {
+    /// Bytes the group's transfers submitted and have not written.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Transfers of this process whose writes wait for disk space now: while
+/// none does, a driver need not ask each transfer ([`transfers_waiting_for_space`]).
+static WAITING_FOR_SPACE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many transfers of this process wait for disk space now (0: every
+/// [`DiskStorage::disk_full`] is `None`).
+pub fn transfers_waiting_for_space() -> usize {
+    WAITING_FOR_SPACE.load(Ordering::Relaxed)
+}
+
 /// State the threads share.
 #[derive(Debug)]
 struct Shared {
@@ -99,6 +125,15 @@ struct Shared {
     full: AtomicU64,
     /// Pieces already reported lost (each is logged once).
     lost: Mutex<std::collections::BTreeSet<u32>>,
+}
+
+impl Drop for Shared {
+    /// A transfer closed while it waited for space waits no more.
+    fn drop(&mut self) {
+        if *self.full.get_mut() != 0 {
+            WAITING_FOR_SPACE.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Where a transfer's storage events go (from the pool's threads): a
@@ -166,6 +201,7 @@ impl Opened {
             digests,
             events,
             backlog: AtomicU64::new(0),
+            group: self.group,
             hints,
         });
         for &(piece, len) in resumed.iter().filter(|r| r.1 > 0) {
@@ -242,9 +278,7 @@ impl DiskStorage {
             | StorageOp::Check { piece }
             | StorageOp::Read { piece, .. } => *piece,
         };
-        self.ctx
-            .backlog
-            .fetch_add(write_len(&op), Ordering::Relaxed);
+        self.ctx.add_backlog(write_len(&op));
         self.pool.send(
             self.pool.worker_of(self.ctx.id, piece),
             Job::Op(self.ctx.clone(), op),
@@ -311,6 +345,7 @@ fn write_job(
         Err(WriteError::Full { .. }) => {
             let free = space::free_bytes(shared.files.dir().fd()).unwrap_or(0);
             if shared.full.swap(free + 1, Ordering::Relaxed) == 0 {
+                WAITING_FOR_SPACE.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     "disk full: {} free at {}; waiting for space",
                     error::human(free),
@@ -326,6 +361,7 @@ fn write_job(
         }
     }
     if shared.full.swap(0, Ordering::Relaxed) != 0 {
+        WAITING_FOR_SPACE.fetch_sub(1, Ordering::Relaxed);
         tracing::warn!(
             "space available again at {}; writing resumed",
             shared.files.dir().path().display()
@@ -393,7 +429,7 @@ fn execute(
                     None
                 }
                 Err(e) => {
-                    ctx.backlog.fetch_sub(len, Ordering::Relaxed);
+                    ctx.sub_backlog(len);
                     Some(StorageEvent::Failed {
                         error: e.to_string(),
                     })

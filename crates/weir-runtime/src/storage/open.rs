@@ -128,9 +128,18 @@ pub struct Opened {
     pub(super) digests: Option<Arc<[Digest]>>,
     pub(super) journal: Option<String>,
     pub(super) lock: Option<DownloadLock>,
+    /// The group its backlog counts in.
+    pub(super) group: super::Backlog,
 }
 
 impl Opened {
+    /// Counts the transfer's backlog in `group` too (an engine's one
+    /// group for all its transfers).
+    pub fn in_group(mut self, group: &super::Backlog) -> Self {
+        self.group = group.clone();
+        self
+    }
+
     /// The digests, when known now (given, or derived from the data).
     pub fn digests(&self) -> Option<Arc<[Digest]>> {
         self.digests.clone()
@@ -471,6 +480,7 @@ pub fn open(
         digests,
         journal,
         lock,
+        group: super::Backlog::default(),
     })
 }
 

@@ -42,11 +42,26 @@ pub(super) struct Ctx {
     pub(super) events: super::Events,
     /// Bytes submitted for writing and not yet written.
     pub(super) backlog: AtomicU64,
+    /// The same, summed over the transfer's group (see
+    /// [`super::Backlog`]).
+    pub(super) group: super::Backlog,
     /// Where the writer appends its hints (none without a journal).
     pub(super) hints: Option<Arc<Journal>>,
 }
 
 impl Ctx {
+    /// `n` more bytes to write.
+    pub(super) fn add_backlog(&self, n: u64) {
+        self.backlog.fetch_add(n, Ordering::Relaxed);
+        self.group.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` bytes written (or dropped).
+    pub(super) fn sub_backlog(&self, n: u64) {
+        self.backlog.fetch_sub(n, Ordering::Relaxed);
+        self.group.0.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Reports `ev` (a transfer whose receiver is gone is closing).
     fn emit(&self, ev: Option<StorageEvent>) {
         if let Some(ev) = ev {
@@ -309,7 +324,7 @@ fn writer_thread(rx: mpsc::Receiver<WriteMsg>, jtx: mpsc::Sender<JournalMsg>, wi
                 // were never verified.
                 if let Some((_, q)) = parked.remove(&ctx.id) {
                     let len: u64 = q.iter().flat_map(|j| &j.data).map(|d| d.len() as u64).sum();
-                    ctx.backlog.fetch_sub(len, Ordering::Relaxed);
+                    ctx.sub_backlog(len);
                 }
                 if ctx.hints.is_some() {
                     let _ = jtx.send(JournalMsg::Close(ctx.id, done));
@@ -339,7 +354,7 @@ fn writer_thread(rx: mpsc::Receiver<WriteMsg>, jtx: mpsc::Sender<JournalMsg>, wi
 fn write_one(ctx: &Ctx, jtx: &mpsc::Sender<JournalMsg>, job: WriteJob) -> Result<(), WriteJob> {
     let len = job.data.iter().map(|d| d.len() as u64).sum();
     let ev = super::write_job(ctx, jtx, job)?;
-    ctx.backlog.fetch_sub(len, Ordering::Relaxed);
+    ctx.sub_backlog(len);
     ctx.emit(ev);
     Ok(())
 }

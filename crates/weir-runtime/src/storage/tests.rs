@@ -114,6 +114,36 @@ async fn verdicts(
 }
 
 #[tokio::test]
+async fn a_group_counts_the_backlog_of_all_its_transfers() {
+    let (a, b) = (Tmp::new("group-a"), Tmp::new("group-b"));
+    let group = Backlog::default();
+    let data = data();
+    let mut stores = Vec::new();
+    for t in [&a, &b] {
+        let spec = spec(&t.0);
+        let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let s = opened.in_group(&group).start(digests(&spec), &[], tx).unwrap();
+        stores.push((s, rx, spec.geometry));
+    }
+    for (s, _, g) in &stores {
+        for p in 0..g.piece_count() {
+            submit_piece(s, g, &data, p, false);
+        }
+    }
+    // At least what the two still hold (read after it: backlogs only
+    // shrink once everything is submitted), no more than both submitted.
+    let total = group.get();
+    let held: u64 = stores.iter().map(|(s, _, _)| s.backlog()).sum();
+    assert!(total >= held, "{total} < {held}");
+    assert!(total <= 2 * data.len() as u64, "{total}");
+    for (_, rx, g) in &mut stores {
+        verdicts(rx, g.piece_count() as usize).await;
+    }
+    assert_eq!(group.get(), 0, "everything written leaves the group's count");
+}
+
+#[tokio::test]
 async fn writes_verify_read_back_and_resume_from_the_journal() {
     let t = Tmp::new("rw");
     let spec = spec(&t.0);

@@ -136,6 +136,9 @@ struct Driver {
     first_piece_said: std::collections::HashSet<TransferId>,
     /// When the last snapshot was published (see `Driver::publish_soon`).
     last_publish: Option<Instant>,
+    /// What this engine's transfers submitted for writing and have not
+    /// written (their storage counts it as it goes).
+    backlog: storage::Backlog,
     fatal: Option<EngineError>,
     accept_tasks: Vec<JoinHandle<()>>,
     /// Bound listeners not accepting yet (see `EngineConfig::accept_at_start`).
@@ -206,6 +209,7 @@ pub(super) fn spawn(
         last_complete: None,
         first_piece_said: Default::default(),
         last_publish: None,
+        backlog: storage::Backlog::default(),
         fatal: None,
         accept_tasks: Vec::new(),
         listeners,
@@ -252,7 +256,7 @@ impl Driver {
             // peers' messages unread (TCP then slows them) until the
             // workers catch up; each piece they finish wakes this loop.
             // Everything else is still heard.
-            let backlogged = self.backlog() > storage::BACKLOG_LIMIT;
+            let backlogged = self.backlog.get() > storage::BACKLOG_LIMIT;
             let dht_wake = self
                 .dht
                 .as_ref()
@@ -313,7 +317,7 @@ impl Driver {
             return Err(e);
         }
         Ok(Summary {
-            transfers,
+            transfers: transfers.to_vec(),
             elapsed: self.last_complete.unwrap_or(now) - self.started,
         })
     }

@@ -1,5 +1,6 @@
 //! The progress snapshot the driver publishes.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use weir_session::TransferInfo;
@@ -12,8 +13,9 @@ use super::stores::Store;
 /// What the progress display reads, a few times a second.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
-    /// Every transfer.
-    pub transfers: Vec<TransferInfo>,
+    /// Every transfer, in id order (shared: a snapshot of thousands of
+    /// idle transfers is handed out again, not copied).
+    pub transfers: Arc<Vec<TransferInfo>>,
     /// Connections by stage.
     pub peers: usize,
     /// Dials in progress.
@@ -39,17 +41,25 @@ const SMALL_SESSION: usize = 64;
 const PUBLISH_GAP: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Driver {
-    /// Every transfer now, with what only the storage knows.
-    pub(super) fn infos(&self, now: Instant) -> Vec<TransferInfo> {
-        self.session
-            .infos(now)
-            .map(|mut t| {
-                if let Some(Store::Running(d)) = self.stores.get(&t.id) {
-                    t.disk_full = d.disk_full();
+    /// Every transfer now, with what only the storage knows (the
+    /// session's [`weir_session::Session::snapshot`]: idle transfers cost
+    /// nothing). Each transfer is asked whether it waits for disk space
+    /// only while one of the process's does.
+    pub(super) fn infos(&mut self, now: Instant) -> Arc<Vec<TransferInfo>> {
+        let mut infos = self.session.snapshot(now);
+        if crate::storage::transfers_waiting_for_space() > 0 {
+            let stores = &self.stores;
+            let full = |t: &TransferInfo| match stores.get(&t.id) {
+                Some(Store::Running(d)) => d.disk_full(),
+                _ => None,
+            };
+            if infos.iter().any(|t| full(t).is_some()) {
+                for t in Arc::make_mut(&mut infos) {
+                    t.disk_full = full(t);
                 }
-                t
-            })
-            .collect()
+            }
+        }
+        infos
     }
 
     /// Publishes after a transfer's event (checked, complete) at once in
@@ -72,8 +82,9 @@ impl Driver {
         let now = Instant::now();
         self.last_publish = Some(now);
         let transfers = self.infos(now);
-        for t in &transfers {
-            if let Some(a) = self.announcers.get(&t.id) {
+        for (id, a) in &self.announcers {
+            if let Ok(k) = transfers.binary_search_by_key(id, |t| t.id) {
+                let t = &transfers[k];
                 a.standing.send_if_modified(|s| {
                     let new = Standing {
                         uploaded: t.uploaded.0,

@@ -37,16 +37,6 @@ pub(super) fn split_path(p: &std::path::Path) -> (std::path::PathBuf, String) {
 }
 
 impl Driver {
-    pub(super) fn backlog(&self) -> u64 {
-        self.stores
-            .values()
-            .map(|s| match s {
-                Store::Running(d) => d.backlog(),
-                Store::Waiting(_) => 0,
-            })
-            .sum()
-    }
-
     /// Opens storage on a blocking thread (existing data is hashed there);
     /// the result comes back as [`Msg::Opened`].
     pub(super) fn open_storage(
@@ -167,7 +157,10 @@ impl Driver {
             return;
         };
         let events = crate::storage::Events::tagged(self.storage_tx.clone(), id);
-        match opened.start(digests, resumed, events) {
+        match opened
+            .in_group(&self.backlog)
+            .start(digests, resumed, events)
+        {
             Ok(d) => {
                 self.stores.insert(id, Store::Running(d));
             }

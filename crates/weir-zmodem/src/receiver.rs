@@ -367,7 +367,7 @@ impl Receiver {
         self.pos = u64::from(offset);
         self.buf_offset = self.pos;
         self.buf.clear();
-        self.buf.reserve(self.cfg.flush_at * 2);
+        self.buf.reserve(2 * self.span());
         self.accepting = false;
         self.errors = 0;
         self.tries = 0;
@@ -598,6 +598,7 @@ impl Receiver {
                 }
                 if self.verified() >= self.cfg.flush_at {
                     self.flush();
+                    self.make_room();
                 }
             }
             _ => {}
@@ -660,6 +661,27 @@ impl Receiver {
 
     fn verified(&self) -> usize {
         (self.pos - self.buf_offset) as usize
+    }
+
+    /// The most the file's buffer holds between two flushes: less than
+    /// `flush_at` checked bytes, and the subpacket that crosses it.
+    fn span(&self) -> usize {
+        self.cfg.flush_at + self.cfg.max_subpacket
+    }
+
+    /// After a flush in the middle of a file, gives the buffer room for
+    /// the next one. The data handed out keeps its allocation until the
+    /// driver has written it, so the space in front cannot be taken back
+    /// yet; left to itself, the buffer grew from a new allocation the size
+    /// of the first append, doubling (and copying what it held) four or
+    /// five times per flush. Two spans are reserved at once instead,
+    /// moving only what follows the checked data (nothing, at a
+    /// subpacket's end).
+    fn make_room(&mut self) {
+        let span = self.span();
+        if self.buf.capacity() - self.buf.len() < span {
+            self.buf.reserve(2 * span);
+        }
     }
 
     /// Hands checked data to the driver.

@@ -123,7 +123,10 @@ async fn a_group_counts_the_backlog_of_all_its_transfers() {
         let spec = spec(&t.0);
         let opened = open(spec.clone(), OpenOptions::download(), None).unwrap();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let s = opened.in_group(&group).start(digests(&spec), &[], tx).unwrap();
+        let s = opened
+            .in_group(&group)
+            .start(digests(&spec), &[], tx)
+            .unwrap();
         stores.push((s, rx, spec.geometry));
     }
     for (s, _, g) in &stores {
@@ -140,7 +143,11 @@ async fn a_group_counts_the_backlog_of_all_its_transfers() {
     for (_, rx, g) in &mut stores {
         verdicts(rx, g.piece_count() as usize).await;
     }
-    assert_eq!(group.get(), 0, "everything written leaves the group's count");
+    assert_eq!(
+        group.get(),
+        0,
+        "everything written leaves the group's count"
+    );
 }
 
 #[tokio::test]

@@ -64,26 +64,50 @@ async fn all(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
 /// The list views (no costly parts, as transmission-remote -l asks), each
 /// checked against a full view read just before (files left out): the
 /// backend reuses an idle transfer's list view, and this is where a reused
-/// view that missed a change would show. Call it where nothing moves.
+/// view that missed a change would show. Then read again: with nothing
+/// changed, the same views, not new ones. A transfer may still be settling
+/// (a paused add is opened in the engine after `add` returns): the reads
+/// are repeated every 20 ms until they agree, for at most 10 s, so only a
+/// list that stays wrong fails.
 async fn list(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
-    let full = all(b).await;
     let q = TransferQuery {
         select: Selection::All,
         detail: Detail::default(),
     };
-    let listed = b.transfers(q.clone()).await.expect("torrent-get").transfers;
-    assert_eq!(full.len(), listed.len());
-    for (f, l) in full.iter().zip(&listed) {
-        let mut f = (**f).clone();
-        f.files = Vec::new();
-        assert_eq!(format!("{f:?}"), format!("{l:?}"), "a list view differs");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let full = all(b).await;
+        let listed = b.transfers(q.clone()).await.expect("torrent-get").transfers;
+        let again = b.transfers(q.clone()).await.expect("torrent-get").transfers;
+        let differs = if full.len() != listed.len() {
+            Some((
+                format!("{} transfers", full.len()),
+                format!("{}", listed.len()),
+            ))
+        } else {
+            full.iter().zip(&listed).find_map(|(f, l)| {
+                let mut f = (**f).clone();
+                f.files = Vec::new();
+                let (f, l) = (format!("{f:?}"), format!("{l:?}"));
+                (f != l).then_some((f, l))
+            })
+        };
+        let rebuilt = again.len() != listed.len()
+            || again
+                .iter()
+                .zip(&listed)
+                .any(|(a, l)| !std::sync::Arc::ptr_eq(a, l));
+        if differs.is_none() && !rebuilt {
+            return listed;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match differs {
+                Some((f, l)) => panic!("a list view differs:\n full {f}\n list {l}"),
+                None => panic!("an idle view was built again"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Read again with nothing changed: the same views, not new ones.
-    let again = b.transfers(q).await.expect("torrent-get").transfers;
-    for (a, l) in again.iter().zip(&listed) {
-        assert!(std::sync::Arc::ptr_eq(a, l), "an idle view was built again");
-    }
-    listed
 }
 
 /// Reads the transfers until `done` (every 20 ms, at most 30 s).

@@ -15,6 +15,7 @@ pub mod common;
 pub mod daemon;
 pub mod ed2k;
 pub mod hostile;
+pub mod http_timer;
 pub mod instructions;
 pub mod killsuite;
 pub mod magnet;

@@ -193,6 +193,10 @@ fn status_error(r: &RawResponse) -> ClientError {
     }
 }
 
+/// Bytes read from the socket at a time: an answer of a few hundred KiB
+/// (a `torrent-get` of 1,000 transfers) arrives in a few reads.
+const READ_BUF: usize = 256 * 1024;
+
 async fn exchange(
     policy: &NetPolicy,
     addr: SocketAddr,
@@ -203,22 +207,36 @@ async fn exchange(
         .await
         .map_err(|source| ClientError::Connect { addr, source })?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let driver = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let resp = sender.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = http_body_util::Limited::new(resp.into_body(), max)
-        .collect()
-        .await
-        .map_err(|e| match e.downcast::<hyper::Error>() {
-            Ok(h) => ClientError::Http(*h),
-            Err(_) => ClientError::TooLarge(max),
-        })?
-        .to_bytes();
-    driver.abort();
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .read_buf_exact_size(Some(READ_BUF))
+        .handshake(TokioIo::new(stream))
+        .await?;
+    // The connection is driven in this task beside the exchange, not in a
+    // task of its own: each chunk of the answer is then read and collected
+    // without a wake-up of another task.
+    let exchange = async {
+        let resp = sender.send_request(req).await?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = http_body_util::Limited::new(resp.into_body(), max)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(h) => ClientError::Http(*h),
+                Err(_) => ClientError::TooLarge(max),
+            })?
+            .to_bytes();
+        Ok::<_, ClientError>((status, headers, body))
+    };
+    tokio::pin!(exchange, conn);
+    let (status, headers, body) = tokio::select! {
+        biased;
+        r = &mut exchange => r?,
+        c = &mut conn => {
+            c?;
+            exchange.await?
+        }
+    };
     Ok(RawResponse {
         status,
         headers,

@@ -84,6 +84,10 @@ struct Usage {
     peak_rss_mib: f64,
     cpu_s: f64,
     threads: f64,
+    /// A restart on the state the adds left: from the spawn to the first
+    /// `torrent-get` listing every transfer, and the RSS then.
+    restart_s: f64,
+    restart_rss_mib: f64,
 }
 
 /// `n` distinct single-file torrents (no tracker, no data needed).
@@ -314,13 +318,16 @@ fn start_weir_daemon(cfg: &BenchConfig, ns: &Netns, work: &TempDir) -> anyhow::R
 }
 
 /// Adds and gets on the daemon `p` (RPC at `addr`), then reads its RSS,
-/// peak RSS, threads and the CPU it used meanwhile, and ends it.
+/// peak RSS, threads and the CPU it used meanwhile; stops it (SIGTERM, as
+/// a service manager does), times a restart by `start` on the same state
+/// (see [`restarted`]) and ends that one.
 fn run_process(
     ns: &Netns,
     mut p: Proc,
     addr: SocketAddrV4,
     torrents: &[Vec<u8>],
     gets: usize,
+    start: impl FnOnce() -> anyhow::Result<Proc>,
 ) -> anyhow::Result<(Measured, Usage)> {
     let cpu0 = weir_lab::process::tree_cpu_s(p.pid());
     let rss0 = rss_mib(p.pid());
@@ -331,19 +338,61 @@ fn run_process(
         rt.block_on(measure(SocketAddr::V4(addr), torrents, gets))
     })?;
     let rss = rss_mib(p.pid());
-    let usage = Usage {
+    let mut usage = Usage {
         cpu_s: weir_lab::process::tree_cpu_s(p.pid()) - cpu0,
         rss_mib: rss,
         kib_per_transfer: (rss - rss0) * 1024.0 / torrents.len().max(1) as f64,
         peak_rss_mib: proc_status_field(p.pid(), "VmHWM:") / 1024.0,
         threads: proc_status_field(p.pid(), "Threads:"),
+        restart_s: f64::NAN,
+        restart_rss_mib: f64::NAN,
     };
     let m = match m {
         Ok(m) => m,
         Err(e) => return Err(p.failure(&format!("{e:#}"))),
     };
-    p.kill_tree()?;
+    p.signal(nix::sys::signal::Signal::SIGTERM)?;
+    if p.wait_timeout(Duration::from_secs(60))?.is_none() {
+        return Err(p.failure("did not stop within 60 s of SIGTERM"));
+    }
+    let mut again = start()?;
+    match ns.try_run_in(|| restarted(&again, SocketAddr::V4(addr), torrents.len()))? {
+        Ok(s) => {
+            usage.restart_s = s;
+            usage.restart_rss_mib = rss_mib(again.pid());
+        }
+        Err(e) => return Err(again.failure(&format!("after the restart: {e:#}"))),
+    }
+    again.kill_tree()?;
     Ok((m, usage))
+}
+
+/// Seconds from `p`'s spawn to the first `torrent-get` that lists all `n`
+/// transfers (asked every 10 ms, at most 120 s).
+fn restarted(p: &Proc, addr: SocketAddr, n: usize) -> anyhow::Result<f64> {
+    let body = serde_json::to_vec(
+        &json!({"method": "torrent-get", "arguments": {"fields": ["id", "status"]}}),
+    )?;
+    let mut id = String::new();
+    let mut buf = Vec::new();
+    let mut last = String::from("no answer");
+    while p.started().elapsed() < Duration::from_secs(120) {
+        match crate::http_timer::post(addr, "/transmission/rpc", &id, &body, &mut buf) {
+            Ok(t) if t.status == 409 => id = t.session_id.unwrap_or_default(),
+            Ok(t) if t.status == 200 => {
+                let v: Value = serde_json::from_slice(&t.body)?;
+                let got = v["arguments"]["torrents"].as_array().map_or(0, Vec::len);
+                if got == n {
+                    return Ok(p.started().elapsed().as_secs_f64());
+                }
+                last = format!("{got} of {n} listed");
+            }
+            Ok(t) => last = format!("HTTP {}", t.status),
+            Err(e) => last = format!("{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bail!("not all {n} transfers listed 120 s after the restart ({last})")
 }
 
 /// weir's front end with the fake backend on a runtime of its own (two
@@ -408,13 +457,15 @@ fn run_fake(
             kib_per_transfer: f64::NAN,
             peak_rss_mib: f64::NAN,
             threads: f64::NAN,
+            restart_s: f64::NAN,
+            restart_rss_mib: f64::NAN,
         };
         server_rt.block_on(handle.stop())?;
         Ok((m, usage))
     })?
 }
 
-fn row(m: &Measured, u: &Usage) -> [f64; 10] {
+fn row(m: &Measured, u: &Usage) -> [f64; 12] {
     [
         m.add_s,
         median(&m.gets.lean_ms),
@@ -426,6 +477,8 @@ fn row(m: &Measured, u: &Usage) -> [f64; 10] {
         u.peak_rss_mib,
         u.cpu_s,
         u.threads,
+        u.restart_s,
+        u.restart_rss_mib,
     ]
 }
 
@@ -459,6 +512,8 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
             Metric::new("peak RSS MiB", 1),
             Metric::new("server CPU s", 2),
             Metric::new("threads", 0),
+            Metric::new("restart s", 2),
+            Metric::new("RSS after restart MiB", 1),
         ],
     );
     let tr = "transmission-daemon 3.00";
@@ -467,14 +522,22 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let n_label = n.to_string();
     let mut ratios = Vec::new();
     let mut rss_ratios = Vec::new();
+    let mut restart_ratios = Vec::new();
+    let mut restart_rss_ratios = Vec::new();
     let mut statuses = Vec::new();
     for run in 0..cfg.runs.max(1) {
         eprintln!("daemon: run {}/{}", run + 1, cfg.runs.max(1));
         let work = TempDir::new("bench-daemon")?;
-        let t = start_transmission(&ns, &work)
-            .and_then(|p| run_process(&ns, p, TR_RPC, &torrents, gets));
-        let w = start_weir_daemon(cfg, &ns, &work)
-            .and_then(|p| run_process(&ns, p, WEIR_RPC, &torrents, gets));
+        let t = start_transmission(&ns, &work).and_then(|p| {
+            run_process(&ns, p, TR_RPC, &torrents, gets, || {
+                start_transmission(&ns, &work)
+            })
+        });
+        let w = start_weir_daemon(cfg, &ns, &work).and_then(|p| {
+            run_process(&ns, p, WEIR_RPC, &torrents, gets, || {
+                start_weir_daemon(cfg, &ns, &work)
+            })
+        });
         let f = run_fake(&ns, &torrents, 0, gets);
         for (label, r) in [(tr, &t), (weir, &w), (fake, &f)] {
             match r {
@@ -490,6 +553,8 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         if let (Ok((t, tu)), Ok((w, wu))) = (&t, &w) {
             ratios.push(median(&t.gets.lean_ms) / median(&w.gets.lean_ms));
             rss_ratios.push(wu.rss_mib / tu.rss_mib);
+            restart_ratios.push(wu.restart_s / tu.restart_s);
+            restart_rss_ratios.push(wu.restart_rss_mib / tu.restart_rss_mib);
         }
         if big > 0 {
             match run_fake(&ns, &[], big, gets) {
@@ -508,7 +573,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
          only lo; RSS is VmRSS after the gets, KiB/transfer that less VmRSS before the adds, \
          over the transfers added (each idle: no peer, no data), peak RSS VmHWM, CPU utime+stime over the adds \
          and gets, threads from /proc/<pid>/status; synthetic torrents with no data on disk \
-         and no tracker (weir: --no-dht --no-trackers)",
+         and no tracker (weir: --no-dht --no-trackers); restart: SIGTERM after the gets, \
+         wait for the exit, start again on the same state, spawn to the first torrent-get \
+         listing every transfer (asked every 10 ms), RSS read then",
     );
     rep.note(
         "fake backend rows: weir's RPC front end with weir_daemon::fake::FakeBackend \
@@ -526,9 +593,18 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
         let rss = median(&rss_ratios);
         rep.note(&format!(
             "weir daemon vs Transmission (median of runs): torrent-get {speed:.1}x faster \
-             (goal >= 5x: {}), RSS {rss:.2}x Transmission's (goal <= 1x: {})",
+             (goal >= 5x: {}), RSS {rss:.2}x Transmission's (goal <= 1x: {}); restart to all \
+             listed {:.2}x Transmission's time (issue 13 goal <= 0.5x: {}), RSS after the \
+             restart {:.2}x Transmission's",
             if speed >= 5.0 { "met" } else { "NOT met" },
             if rss <= 1.0 { "met" } else { "NOT met" },
+            median(&restart_ratios),
+            if median(&restart_ratios) <= 0.5 {
+                "met"
+            } else {
+                "NOT met"
+            },
+            median(&restart_rss_ratios),
         ));
     }
     rep.print();

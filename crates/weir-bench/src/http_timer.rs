@@ -26,6 +26,8 @@ pub struct Timed {
     pub elapsed: Duration,
     /// The HTTP status code.
     pub status: u16,
+    /// The `X-Transmission-Session-Id` the answer carries, if any.
+    pub session_id: Option<String>,
     /// The body, with any chunked transfer coding removed.
     pub body: Vec<u8>,
 }
@@ -56,10 +58,11 @@ pub fn post(
     s.write_all(&req)?;
     read_to_close(&mut s, buf)?;
     let elapsed = t.elapsed();
-    let (status, body) = parse(buf)?;
+    let (status, session_id, body) = parse(buf)?;
     Ok(Timed {
         elapsed,
         status,
+        session_id,
         body,
     })
 }
@@ -85,8 +88,8 @@ fn read_to_close(s: &mut impl Read, buf: &mut Vec<u8>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The status and body of a whole answer in `raw`.
-fn parse(raw: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+/// The status, session id and body of a whole answer in `raw`.
+fn parse(raw: &[u8]) -> anyhow::Result<(u16, Option<String>, Vec<u8>)> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut r = httparse::Response::new(&mut headers);
     let head = match r.parse(raw).context("parsing the answer's head")? {
@@ -100,9 +103,14 @@ fn parse(raw: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
     };
+    let session_id = r
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("x-transmission-session-id"))
+        .map(|h| String::from_utf8_lossy(h.value).trim().to_owned());
     let rest = &raw[head..];
     if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        return Ok((status, dechunk(rest)?));
+        return Ok((status, session_id, dechunk(rest)?));
     }
     let body = match header("content-length") {
         Some(v) => {
@@ -112,7 +120,7 @@ fn parse(raw: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
         }
         None => rest,
     };
-    Ok((status, body.to_vec()))
+    Ok((status, session_id, body.to_vec()))
 }
 
 /// Removes the chunked transfer coding.
@@ -147,8 +155,12 @@ mod tests {
 
     #[test]
     fn content_length_bodies_are_cut_at_their_length() {
-        let (s, b) = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA").unwrap();
+        let (s, id, b) = parse(
+            b"HTTP/1.1 200 OK\r\nX-Transmission-Session-Id: ab12 \r\nContent-Length: 5\r\n\r\nhelloEXTRA",
+        )
+        .unwrap();
         assert_eq!((s, b.as_slice()), (200, &b"hello"[..]));
+        assert_eq!(id.as_deref(), Some("ab12"));
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello").is_err());
     }
 
@@ -156,8 +168,8 @@ mod tests {
     fn chunked_bodies_are_joined() {
         let raw = b"HTTP/1.1 409 Conflict\r\ntransfer-encoding: chunked\r\n\r\n\
                     3\r\nabc\r\na;x=1\r\n0123456789\r\n0\r\n\r\n";
-        let (s, b) = parse(raw).unwrap();
-        assert_eq!(s, 409);
+        let (s, id, b) = parse(raw).unwrap();
+        assert_eq!((s, id), (409, None));
         assert_eq!(b, b"abc0123456789");
         assert!(dechunk(b"3\r\nab").is_err());
         assert!(dechunk(b"zz\r\n").is_err());
@@ -165,7 +177,7 @@ mod tests {
 
     #[test]
     fn bodies_without_a_length_run_to_the_close() {
-        let (s, b) = parse(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
+        let (s, _, b) = parse(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
         assert_eq!((s, b.as_slice()), (200, &b"all of it"[..]));
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-").is_err());
     }

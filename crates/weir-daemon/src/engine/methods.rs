@@ -391,7 +391,7 @@ impl Backend for EngineBackend {
                 name: e.base.name.clone(),
             };
             st.by_hash.insert(hash, id);
-            st.entries.insert(id, Box::new(e));
+            st.entries.insert(id, e);
             st.queue.push(id);
             st.files_added += 1;
             added
@@ -521,7 +521,7 @@ impl Backend for EngineBackend {
                 let shared = e
                     .engine_id
                     .is_some_and(|eid| st.entries.values().any(|o| o.engine_id == Some(eid)));
-                taken.push((*e, shared));
+                taken.push((e, shared));
             }
             let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
             st.removed.retain(|(_, t)| *t >= cutoff);

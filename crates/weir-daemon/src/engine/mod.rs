@@ -216,10 +216,7 @@ struct Orphan {
 
 struct Inner {
     settings: SessionSettings,
-    /// Boxed: an entry is most of a kilobyte, and a map node holds eleven
-    /// values inline, about half empty after in-order inserts (ids only
-    /// grow), so unboxed each entry cost about twice its size.
-    entries: BTreeMap<TransferId, Box<Entry>>,
+    entries: BTreeMap<TransferId, Entry>,
     by_hash: HashMap<TransferHash, TransferId>,
     orphans: HashMap<TransferId, Orphan>,
     removed: Vec<(TransferId, u64)>,
@@ -442,7 +439,7 @@ impl EngineBackend {
         for (r, (content, parsed)) in state.transfers.into_iter().zip(contents) {
             let e = entry(&dir, r, content, parsed, now);
             inner.by_hash.insert(e.base.hash, e.record.id);
-            inner.entries.insert(e.record.id, Box::new(e));
+            inner.entries.insert(e.record.id, e);
         }
         let mut queued = std::collections::HashSet::new();
         *inner.queue = state

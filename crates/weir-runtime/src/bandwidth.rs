@@ -33,8 +33,9 @@ impl SharedBucket {
         self.bucket.rate()
     }
 
-    /// Changes a cap (a bucket made unlimited has no ticker: make a new
-    /// one to cap it); the ticker applies it from its next tick.
+    /// Changes a cap; the ticker applies it from its next tick. A bucket
+    /// made unlimited loses its ticker: cap it again with
+    /// [`SharedBucket::set_rate_live`], which starts one.
     pub fn set_rate(&self, rate: u64) {
         self.bucket.set_rate(rate);
         // Tasks waiting for a refill look again: made unlimited, no refill
@@ -55,8 +56,9 @@ impl SharedBucket {
 }
 
 /// Makes a bucket capping at `rate` bytes/s (0 = unlimited). A capped
-/// bucket gets its own refill task, which ends when the bucket is dropped;
-/// an unlimited one costs nothing. Must be called inside a tokio runtime
+/// bucket gets its own refill task, which ends when the bucket is dropped
+/// or made unlimited; an unlimited one costs nothing (cap it later with
+/// [`SharedBucket::set_rate_live`]). Must be called inside a tokio runtime
 /// when `rate > 0`.
 pub fn bucket(rate: u64) -> Arc<SharedBucket> {
     let b = Arc::new(SharedBucket {
@@ -87,6 +89,16 @@ async fn refill_loop(bucket: Weak<SharedBucket>) {
         if !b.bucket.is_unlimited() {
             b.bucket.refill(elapsed);
             b.refilled.notify_waiters();
+            continue;
+        }
+        // Made unlimited: stop ticking (an idle daemon without caps woke
+        // 100 times a second for nothing). A cap set from now on starts a
+        // new ticker through `set_rate_live`; one set between the check
+        // above and this store finds `ticking` still true and starts none,
+        // so look again and keep this one if so.
+        b.ticking.store(false, Ordering::Release);
+        if b.bucket.is_unlimited() || b.ticking.swap(true, Ordering::AcqRel) {
+            return;
         }
     }
 }
@@ -208,6 +220,43 @@ mod tests {
             .expect("the waiter woke")
             .unwrap();
         assert_eq!(granted, 1 << 20);
+    }
+
+    /// Lets the paused clock run `ms` and every woken task run.
+    async fn run_for(ms: u64) {
+        for _ in 0..ms {
+            tokio::time::advance(std::time::Duration::from_millis(1)).await;
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_made_unlimited_stops_ticking_and_ticks_again_when_capped() {
+        let b = bucket(1_000_000);
+        run_for(30).await;
+        assert!(b.ticking.load(Ordering::Acquire), "a capped bucket ticks");
+        b.set_rate_live(0);
+        run_for(30).await;
+        assert!(
+            !b.ticking.load(Ordering::Acquire),
+            "an unlimited bucket still ticks"
+        );
+        // Capped again: a new ticker refills it, and a waiter is served.
+        b.set_rate_live(100_000);
+        assert!(b.ticking.load(Ordering::Acquire));
+        while b.bucket.available() > 0 {
+            b.bucket.reserve(1 << 30);
+        }
+        let lim = Limiter::new(vec![b.clone()]);
+        let waiter = tokio::spawn(async move { lim.acquire(1000).await });
+        run_for(50).await;
+        assert!(waiter.is_finished(), "no refill after the cap came back");
+        assert!(waiter.await.unwrap() > 0);
+        // Unlimited and capped again within one tick: one ticker remains.
+        b.set_rate_live(0);
+        b.set_rate_live(100_000);
+        run_for(30).await;
+        assert!(b.ticking.load(Ordering::Acquire));
     }
 
     #[tokio::test]

@@ -515,8 +515,9 @@ impl EngineBackend {
             let st = self.lock();
             (st.settings.speed_limit_down, st.settings.speed_limit_up)
         };
-        self.0.cfg.down.set_rate(cap_rate(down));
-        self.0.cfg.up.set_rate(cap_rate(up));
+        // Live: an unlimited bucket has no refill task until capped.
+        self.0.cfg.down.set_rate_live(cap_rate(down));
+        self.0.cfg.up.set_rate_live(cap_rate(up));
     }
 
     /// Waits for `session-close`.

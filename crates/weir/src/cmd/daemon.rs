@@ -157,12 +157,11 @@ fn engine_error(e: EngineError) -> anyhow::Error {
     }
 }
 
-/// A bucket whose rate can be set later: its ticker runs even while it
-/// is unlimited (a bucket made unlimited has none).
+/// A bucket whose rate can be set later (the backend caps it with
+/// `set_rate_live`, which starts its refill task): unlimited, it costs
+/// nothing and wakes nobody.
 fn adjustable_bucket() -> Arc<SharedBucket> {
-    let b = bucket(1);
-    b.set_rate(0);
-    b
+    bucket(0)
 }
 
 /// Runs the daemon until a signal or `session-close`.

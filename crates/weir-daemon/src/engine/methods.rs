@@ -500,7 +500,10 @@ impl Backend for EngineBackend {
             let now = unix_now();
             let ids = st.selected(&select, None);
             let mut taken = Vec::new();
-            for id in ids {
+            let first_removed = st.removed.len();
+            // From the highest id down: each removal then shifts only the
+            // entries above it (removing all 10,000 moves none).
+            for id in ids.into_iter().rev() {
                 let Some(e) = st.entries.remove(&id) else {
                     continue;
                 };
@@ -524,7 +527,9 @@ impl Backend for EngineBackend {
                 taken.push((e, shared));
             }
             let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
+            st.removed[first_removed..].reverse();
             st.removed.retain(|(_, t)| *t >= cutoff);
+            taken.reverse();
             taken
         };
         if taken.is_empty() {

@@ -15,6 +15,7 @@
 //!   `session-set` (and the daemon's config reload) change their rates.
 
 mod change;
+mod entries;
 pub mod log;
 mod magnet;
 mod methods;
@@ -23,7 +24,7 @@ pub mod state;
 pub mod store;
 mod view;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,7 +217,7 @@ struct Orphan {
 
 struct Inner {
     settings: SessionSettings,
-    entries: BTreeMap<TransferId, Entry>,
+    entries: entries::Entries,
     by_hash: HashMap<TransferHash, TransferId>,
     orphans: HashMap<TransferId, Orphan>,
     removed: Vec<(TransferId, u64)>,
@@ -407,7 +408,7 @@ impl EngineBackend {
         };
         let mut inner = Inner {
             settings,
-            entries: BTreeMap::new(),
+            entries: entries::Entries::default(),
             by_hash: HashMap::new(),
             orphans: HashMap::new(),
             removed: Vec::new(),

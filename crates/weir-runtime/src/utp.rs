@@ -8,7 +8,8 @@
 //!     the engine's shared one, or UtpSocket's own) --> Endpoint
 //! UtpStream poll_read / poll_write --> Endpoint::read / write (under the lock)
 //! Endpoint events --> wake the stream's reader / writer / connect / accept
-//! IO task: Endpoint timers (tokio), poll_transmit --> socket send_to
+//! IO task: Endpoint timers (tokio), poll_transmit --> socket, a batch per
+//!     sendmmsg (crate::udp_batch)
 //! ```
 //!
 //! The endpoint sits behind one mutex, held only for a call into it (no
@@ -42,6 +43,7 @@ use weir_core::policy::NetPolicy;
 use weir_utp::{CloseReason, ConnHandle, Endpoint, Event, StreamError};
 
 use crate::net::PolicedUdp;
+use crate::udp_batch::BatchSender;
 
 /// Largest datagram toward a loopback peer known to take it (probed up
 /// to, see [`weir_utp::Config::max_packet_size`] and
@@ -391,6 +393,7 @@ fn set_buffers(sock: &PolicedUdp) {
 /// Sends the endpoint's datagrams and runs its timers.
 async fn io_task(shared: Arc<Shared>) {
     let mut out = Vec::with_capacity(TX_BATCH);
+    let mut tx = BatchSender::new();
     loop {
         let mut wake = Vec::new();
         let deadline = {
@@ -412,15 +415,17 @@ async fn io_task(shared: Arc<Shared>) {
             w.wake();
         }
         if !out.is_empty() {
-            for t in out.drain(..) {
-                match shared.sock.send_to(&t.data, t.dst).await {
-                    Ok(_) => shared.sent.fetch_add(1, Ordering::Relaxed),
-                    Err(e) => {
-                        tracing::trace!("uTP datagram to {}: {e}", t.dst);
-                        shared.send_errors.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-            }
+            // One sendmmsg for the batch (policy checked per datagram).
+            let c = tx
+                .send(&shared.sock, &out, |t: &weir_utp::Transmit| {
+                    (t.dst, &t.data[..])
+                })
+                .await;
+            out.clear();
+            shared.sent.fetch_add(c.sent, Ordering::Relaxed);
+            shared
+                .send_errors
+                .fetch_add(c.refused + c.errors, Ordering::Relaxed);
             // More may be waiting: take them before sleeping.
             continue;
         }

@@ -4,8 +4,8 @@
 //! unchanged).
 //!
 //! ```text
-//! socket --datagram--> Utp::handle_datagram (the socket's receive task:
-//!     the engine's shared one, or UtpSocket's own) --> Endpoint
+//! socket --recvmmsg batch--> Utp::handle_datagrams, one lock (the socket's
+//!     receive task: the engine's shared one, or UtpSocket's own) --> Endpoint
 //! UtpStream poll_read / poll_write --> Endpoint::read / write (under the lock)
 //! Endpoint events --> wake the stream's reader / writer / connect / accept
 //! IO task: Endpoint timers (tokio), poll_transmit --> socket, a batch per
@@ -43,7 +43,7 @@ use weir_core::policy::NetPolicy;
 use weir_utp::{CloseReason, ConnHandle, Endpoint, Event, StreamError};
 
 use crate::net::PolicedUdp;
-use crate::udp_batch::BatchSender;
+use crate::udp_batch::{BatchSender, RecvBatch};
 
 /// Largest datagram toward a loopback peer known to take it (probed up
 /// to, see [`weir_utp::Config::max_packet_size`] and
@@ -269,6 +269,17 @@ impl Utp {
     pub fn handle_datagram(&self, from: SocketAddr, data: &[u8]) {
         self.with(|g, now| {
             let _ = g.ep.handle_datagram(from, data, now);
+        });
+    }
+
+    /// Feeds a batch of received datagrams under one lock of the endpoint
+    /// (one wake-up of the IO task for all), as [`Utp::handle_datagram`]
+    /// each.
+    pub fn handle_datagrams<'a>(&self, batch: impl IntoIterator<Item = (SocketAddr, &'a [u8])>) {
+        self.with(|g, now| {
+            for (from, data) in batch {
+                let _ = g.ep.handle_datagram(from, data, now);
+            }
         });
     }
 
@@ -670,20 +681,24 @@ impl Drop for UtpSocket {
     }
 }
 
+/// Datagrams read per `recvmmsg` by a receive task (slots of
+/// [`weir_utp::MAX_DATAGRAM`] + 1 bytes, allocated once per task).
+pub(crate) const RX_BATCH: usize = 32;
+
 async fn receive(sock: Arc<PolicedUdp>, utp: Utp) {
-    let mut buf = vec![0u8; weir_utp::MAX_DATAGRAM + 1];
+    let mut rb = RecvBatch::new(RX_BATCH, weir_utp::MAX_DATAGRAM);
     loop {
         if sock.readable().await.is_err() {
             return;
         }
         loop {
-            match sock.try_recv_from(&mut buf) {
-                Ok(Some((n, from))) if n <= weir_utp::MAX_DATAGRAM => {
-                    if weir_utp::is_utp(&buf[..n]) {
-                        utp.handle_datagram(from, &buf[..n]);
-                    }
-                }
-                Ok(_) => {}
+            match rb.try_recv(&sock) {
+                Ok(0) => {}
+                Ok(_) => utp.handle_datagrams(
+                    rb.iter()
+                        .filter(|d| !d.truncated && weir_utp::is_utp(d.data))
+                        .map(|d| (d.from, d.data)),
+                ),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {}
             }

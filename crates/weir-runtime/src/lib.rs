@@ -18,5 +18,6 @@ pub mod peerconn;
 pub mod process;
 pub mod storage;
 pub mod tracker;
+pub mod udp_batch;
 pub mod utp;
 pub mod zmodem;

@@ -4,11 +4,12 @@
 //! unchanged).
 //!
 //! ```text
-//! socket --datagram--> Utp::handle_datagram (the socket's receive task:
-//!     the engine's shared one, or UtpSocket's own) --> Endpoint
+//! socket --recvmmsg batch--> Utp::handle_datagrams, one lock (the socket's
+//!     receive task: the engine's shared one, or UtpSocket's own) --> Endpoint
 //! UtpStream poll_read / poll_write --> Endpoint::read / write (under the lock)
 //! Endpoint events --> wake the stream's reader / writer / connect / accept
-//! IO task: Endpoint timers (tokio), poll_transmit --> socket send_to
+//! IO task: Endpoint timers (tokio), poll_transmit --> socket, a batch per
+//!     sendmmsg (crate::udp_batch)
 //! ```
 //!
 //! The endpoint sits behind one mutex, held only for a call into it (no
@@ -42,6 +43,7 @@ use weir_core::policy::NetPolicy;
 use weir_utp::{CloseReason, ConnHandle, Endpoint, Event, StreamError};
 
 use crate::net::PolicedUdp;
+use crate::udp_batch::{BatchSender, RecvBatch};
 
 /// Largest datagram toward a loopback peer known to take it (probed up
 /// to, see [`weir_utp::Config::max_packet_size`] and
@@ -270,6 +272,17 @@ impl Utp {
         });
     }
 
+    /// Feeds a batch of received datagrams under one lock of the endpoint
+    /// (one wake-up of the IO task for all), as [`Utp::handle_datagram`]
+    /// each.
+    pub fn handle_datagrams<'a>(&self, batch: impl IntoIterator<Item = (SocketAddr, &'a [u8])>) {
+        self.with(|g, now| {
+            for (from, data) in batch {
+                let _ = g.ep.handle_datagram(from, data, now);
+            }
+        });
+    }
+
     /// Opens a connection to `addr` and waits until the peer answers
     /// (`ConnectionRefused` when it never does or resets, `PermissionDenied`
     /// outside the network policy, nothing sent then).
@@ -391,6 +404,7 @@ fn set_buffers(sock: &PolicedUdp) {
 /// Sends the endpoint's datagrams and runs its timers.
 async fn io_task(shared: Arc<Shared>) {
     let mut out = Vec::with_capacity(TX_BATCH);
+    let mut tx = BatchSender::new();
     loop {
         let mut wake = Vec::new();
         let deadline = {
@@ -412,15 +426,17 @@ async fn io_task(shared: Arc<Shared>) {
             w.wake();
         }
         if !out.is_empty() {
-            for t in out.drain(..) {
-                match shared.sock.send_to(&t.data, t.dst).await {
-                    Ok(_) => shared.sent.fetch_add(1, Ordering::Relaxed),
-                    Err(e) => {
-                        tracing::trace!("uTP datagram to {}: {e}", t.dst);
-                        shared.send_errors.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-            }
+            // One sendmmsg for the batch (policy checked per datagram).
+            let c = tx
+                .send(&shared.sock, &out, |t: &weir_utp::Transmit| {
+                    (t.dst, &t.data[..])
+                })
+                .await;
+            out.clear();
+            shared.sent.fetch_add(c.sent, Ordering::Relaxed);
+            shared
+                .send_errors
+                .fetch_add(c.refused + c.errors, Ordering::Relaxed);
             // More may be waiting: take them before sleeping.
             continue;
         }
@@ -665,20 +681,24 @@ impl Drop for UtpSocket {
     }
 }
 
+/// Datagrams read per `recvmmsg` by a receive task (slots of
+/// [`weir_utp::MAX_DATAGRAM`] + 1 bytes, allocated once per task).
+pub(crate) const RX_BATCH: usize = 32;
+
 async fn receive(sock: Arc<PolicedUdp>, utp: Utp) {
-    let mut buf = vec![0u8; weir_utp::MAX_DATAGRAM + 1];
+    let mut rb = RecvBatch::new(RX_BATCH, weir_utp::MAX_DATAGRAM);
     loop {
         if sock.readable().await.is_err() {
             return;
         }
         loop {
-            match sock.try_recv_from(&mut buf) {
-                Ok(Some((n, from))) if n <= weir_utp::MAX_DATAGRAM => {
-                    if weir_utp::is_utp(&buf[..n]) {
-                        utp.handle_datagram(from, &buf[..n]);
-                    }
-                }
-                Ok(_) => {}
+            match rb.try_recv(&sock) {
+                Ok(0) => {}
+                Ok(_) => utp.handle_datagrams(
+                    rb.iter()
+                        .filter(|d| !d.truncated && weir_utp::is_utp(d.data))
+                        .map(|d| (d.from, d.data)),
+                ),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {}
             }

@@ -2,9 +2,10 @@
 //! same port by default), shared by every UDP protocol of the session.
 //!
 //! ```text
-//! socket --readable--> receive task: up to BATCH datagrams per wake-up,
-//!     classify() each:  Krpc  --batch (bounded queue)--> driver --> DHT
-//!                       Utp   --> the uTP endpoint (crate::utp), if the engine runs uTP
+//! socket --readable--> receive task: recvmmsg batches (crate::udp_batch)
+//!     until BATCH KRPC datagrams or none is left, classify() each:  Krpc  --batch (bounded queue)--> driver --> DHT
+//!                       Utp   --> the uTP endpoint (crate::utp), if the engine runs uTP,
+//!                                 a read's worth under one lock
 //!                       Other --> counted and dropped (UDP tracker answers later)
 //! driver --send() (policy checked first, bounded queue)--> send task --> socket
 //! ```
@@ -26,6 +27,7 @@ use tokio::task::JoinHandle;
 use weir_core::policy::NetPolicy;
 
 use crate::net::PolicedUdp;
+use crate::udp_batch::RecvBatch;
 
 /// Largest KRPC datagram kept (KRPC's bound); longer ones are counted as
 /// oversized and dropped.
@@ -267,19 +269,22 @@ async fn receive(
     tx: mpsc::Sender<Vec<Datagram>>,
     utp: Option<crate::utp::Utp>,
 ) {
-    // One byte more than kept: a longer datagram is seen as such (the
-    // kernel truncates to the buffer).
-    let mut buf = vec![0u8; MAX_UTP_DATAGRAM + 1];
+    // Slots one byte longer than kept: a longer datagram is seen as such
+    // (the kernel truncates to the slot and says so).
+    let mut rb = RecvBatch::new(crate::utp::RX_BATCH, MAX_UTP_DATAGRAM);
+    // The uTP datagrams of a read, fed to the endpoint under one lock.
+    let mut to_utp: Vec<usize> = Vec::with_capacity(crate::utp::RX_BATCH);
     loop {
         if let Err(e) = sock.readable().await {
             tracing::warn!("UDP socket: {e}; no more datagrams");
             return;
         }
         let mut batch = Vec::new();
-        while batch.len() < BATCH {
-            let (n, from) = match sock.try_recv_from(&mut buf) {
-                Ok(Some(got)) => got,
-                Ok(None) => continue,
+        // A full batch went to the driver: wake up again for the rest.
+        let mut full = false;
+        while !full {
+            match rb.try_recv(&sock) {
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 // An ICMP error reported on the socket (a node gone): not
                 // the socket's end.
@@ -288,50 +293,69 @@ async fn receive(
                     tracing::debug!("UDP receive: {e}");
                     break;
                 }
-            };
-            counters.received.fetch_add(1, Ordering::Relaxed);
-            let data = &buf[..n];
-            let kind = classify(data);
-            // uTP datagrams may be larger (loopback), the rest may not.
-            if n > MAX_UTP_DATAGRAM || (n > MAX_DATAGRAM && kind != Kind::Utp) {
-                counters.oversized.fetch_add(1, Ordering::Relaxed);
-                continue;
             }
-            match kind {
-                Kind::Krpc => {
-                    counters.krpc.fetch_add(1, Ordering::Relaxed);
-                    batch.push(Datagram {
-                        from,
-                        data: data.to_vec(),
-                    });
+            to_utp.clear();
+            for (i, d) in rb.iter().enumerate() {
+                counters.received.fetch_add(1, Ordering::Relaxed);
+                let n = d.data.len();
+                let kind = classify(d.data);
+                // uTP datagrams may be larger (loopback), the rest may not.
+                if d.truncated || n > MAX_UTP_DATAGRAM || (n > MAX_DATAGRAM && kind != Kind::Utp) {
+                    counters.oversized.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-                Kind::Utp => match &utp {
-                    Some(u) => {
-                        counters.utp_fed.fetch_add(1, Ordering::Relaxed);
-                        u.handle_datagram(from, data);
+                match kind {
+                    Kind::Krpc => {
+                        counters.krpc.fetch_add(1, Ordering::Relaxed);
+                        batch.push(Datagram {
+                            from: d.from,
+                            data: d.data.to_vec(),
+                        });
+                        if batch.len() >= BATCH {
+                            if !deliver(&tx, &counters, std::mem::take(&mut batch)) {
+                                return;
+                            }
+                            full = true;
+                        }
                     }
-                    None => {
+                    Kind::Utp if utp.is_some() => {
+                        counters.utp_fed.fetch_add(1, Ordering::Relaxed);
+                        to_utp.push(i);
+                    }
+                    Kind::Utp => {
                         counters.utp.fetch_add(1, Ordering::Relaxed);
                     }
-                },
-                // UDP tracker answers may be routed here later.
-                Kind::Other => {
-                    counters.other.fetch_add(1, Ordering::Relaxed);
+                    // UDP tracker answers may be routed here later.
+                    Kind::Other => {
+                        counters.other.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        match tx.try_send(batch) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(b)) => {
-                counters
-                    .recv_overflow
-                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+            if let Some(u) = utp.as_ref().filter(|_| !to_utp.is_empty()) {
+                u.handle_datagrams(to_utp.iter().map(|&i| {
+                    let d = rb.get(i);
+                    (d.from, d.data)
+                }));
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
         }
+        if !batch.is_empty() && !deliver(&tx, &counters, batch) {
+            return;
+        }
+    }
+}
+
+/// Hands a batch to the driver (counted as overflow if its queue is
+/// full); false once the driver is gone.
+fn deliver(tx: &mpsc::Sender<Vec<Datagram>>, counters: &Counters, batch: Vec<Datagram>) -> bool {
+    match tx.try_send(batch) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(b)) => {
+            counters
+                .recv_overflow
+                .fetch_add(b.len() as u64, Ordering::Relaxed);
+            true
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
     }
 }
 

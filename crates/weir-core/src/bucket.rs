@@ -113,6 +113,13 @@ impl TokenBucket {
             });
     }
 
+    /// Whether it holds all it can carry (nothing taken since a refill
+    /// that reached the ceiling); false before the first refill.
+    pub fn is_full(&self) -> bool {
+        let ceiling = self.ceiling.load(Ordering::Relaxed);
+        ceiling > 0 && self.available() >= ceiling
+    }
+
     /// Tokens available now (may be 0; never meaningful when unlimited).
     pub fn available(&self) -> i64 {
         self.tokens.load(Ordering::Acquire)

@@ -25,6 +25,19 @@ pub struct SharedBucket {
     refilled: Notify,
     /// A refill task runs for it.
     ticking: AtomicBool,
+    /// Wakes a refill task parked on a full bucket: a task about to wait
+    /// for tokens, or the bucket's drop. Shared with the task, which holds
+    /// no strong reference to the bucket while parked.
+    wanted: Arc<Notify>,
+    /// The refill task is parked (the bucket was full and nobody waited).
+    parked: AtomicBool,
+}
+
+impl Drop for SharedBucket {
+    fn drop(&mut self) {
+        // A parked refill task wakes, finds the bucket gone and ends.
+        self.wanted.notify_one();
+    }
 }
 
 impl SharedBucket {
@@ -41,6 +54,8 @@ impl SharedBucket {
         // Tasks waiting for a refill look again: made unlimited, no refill
         // would ever wake them.
         self.refilled.notify_waiters();
+        // A parked refill task applies the new rate (or ends, unlimited).
+        self.wanted.notify_one();
     }
 
     /// Changes a cap, starting the bucket's refill task if it has none
@@ -65,6 +80,8 @@ pub fn bucket(rate: u64) -> Arc<SharedBucket> {
         bucket: TokenBucket::new(rate),
         refilled: Notify::new(),
         ticking: AtomicBool::new(rate > 0),
+        wanted: Arc::default(),
+        parked: AtomicBool::new(false),
     });
     if rate > 0 {
         tokio::spawn(refill_loop(Arc::downgrade(&b)));
@@ -89,6 +106,24 @@ async fn refill_loop(bucket: Weak<SharedBucket>) {
         if !b.bucket.is_unlimited() {
             b.bucket.refill(elapsed);
             b.refilled.notify_waiters();
+            if b.bucket.is_full() {
+                // Nobody took anything for a whole tick: park until a task
+                // waits for tokens (it wakes us first) or the bucket goes,
+                // instead of waking 100 times a second for an idle cap.
+                // The bucket stays full meanwhile, so whatever is taken
+                // without waiting is within the cap's burst.
+                let wanted = b.wanted.clone();
+                b.parked.store(true, Ordering::Release);
+                drop(b);
+                wanted.notified().await;
+                let Some(b) = bucket.upgrade() else {
+                    return;
+                };
+                b.parked.store(false, Ordering::Release);
+                // Ticks from now on; the first refill after the park adds
+                // at most the carry (`elapsed` is capped above).
+                t.reset();
+            }
             continue;
         }
         // Made unlimited: stop ticking (an idle daemon without caps woke
@@ -154,6 +189,8 @@ impl Limiter {
             if g > 0 {
                 return g as usize;
             }
+            // Its refill task may be parked on what was a full bucket.
+            waiter.wanted.notify_one();
             notified.await;
         }
     }
@@ -257,6 +294,43 @@ mod tests {
         b.set_rate_live(100_000);
         run_for(30).await;
         assert!(b.ticking.load(Ordering::Acquire));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_cap_parks_its_ticker_until_a_task_waits() {
+        let b = bucket(1_000_000);
+        run_for(50).await;
+        assert!(b.parked.load(Ordering::Acquire), "an idle cap still ticks");
+        assert!(b.bucket.is_full());
+        // Taken without waiting: the bucket's carry (two ticks' budget).
+        let lim = Limiter::new(vec![b.clone()]);
+        assert_eq!(lim.acquire(1 << 20).await, 20_000);
+        // Empty now: the next acquire waits, wakes the ticker and is served
+        // at the cap's pace.
+        let start = tokio::time::Instant::now();
+        let waiter = tokio::spawn({
+            let lim = lim.clone();
+            async move {
+                let mut got = 0;
+                while got < 100_000 {
+                    got += lim.acquire(1 << 20).await;
+                }
+                got
+            }
+        });
+        run_for(200).await;
+        assert!(waiter.is_finished(), "the parked ticker was not woken");
+        assert!(waiter.await.unwrap() >= 100_000);
+        let ms = start.elapsed().as_millis();
+        assert!(ms >= 80, "100 kB at 1 MB/s took only {ms} ms");
+        assert!(!b.parked.load(Ordering::Acquire) || b.bucket.is_full());
+        // A parked ticker ends when its bucket goes.
+        run_for(50).await;
+        assert!(b.parked.load(Ordering::Acquire));
+        let weak = Arc::downgrade(&b);
+        drop((b, lim));
+        run_for(5).await;
+        assert!(weak.upgrade().is_none());
     }
 
     #[tokio::test]

@@ -860,7 +860,9 @@ async fn delete_data(p: DataPaths) {
 mod tests {
     use super::*;
 
-    fn info(id: u32) -> TransferInfo {
+    /// A downloading transfer's info with `bytes_had` = `id`, for the
+    /// engine's tests (the view tests change what they compare).
+    pub(super) fn info(id: u32) -> TransferInfo {
         TransferInfo {
             id: weir_session::TransferId(id),
             name: Arc::from("t"),

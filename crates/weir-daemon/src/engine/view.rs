@@ -451,27 +451,15 @@ mod tests {
 
     fn info() -> TransferInfo {
         TransferInfo {
-            id: weir_session::TransferId(3),
-            name: Arc::from("t"),
             size: 1000,
             wanted: 1000,
-            phase: Phase::Downloading,
-            info_hash: None,
-            ed2k_hash: None,
             bytes_had: 10,
             downloaded: (5, 6),
             uploaded: (7, 8),
             download_rate: 2.5,
-            upload_rate: 0.0,
             peers: 1,
             known: 4,
-            hash_failures: 0,
-            protocol_errors: 0,
-            banned: 0,
-            added_at: std::time::Instant::now(), // test-epoch
-            complete_at: None,
-            error: None,
-            disk_full: None,
+            ..super::super::tests::info(3)
         }
     }
 

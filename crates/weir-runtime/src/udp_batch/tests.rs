@@ -14,6 +14,16 @@ fn datagram(i: usize, len: usize) -> Vec<u8> {
     d
 }
 
+/// A sender and a receiver on loopback under the loopback policy, and the
+/// receiver's address.
+async fn pair() -> (PolicedUdp, PolicedUdp, SocketAddr) {
+    let policy = NetPolicy::loopback();
+    let tx = bind(&policy, "127.0.0.1:0").await;
+    let rx = bind(&policy, "127.0.0.1:0").await;
+    let to = rx.local_addr().unwrap();
+    (tx, rx, to)
+}
+
 async fn bind(policy: &NetPolicy, addr: &str) -> PolicedUdp {
     let s = PolicedUdp::bind(policy, addr.parse().unwrap())
         .await
@@ -39,10 +49,7 @@ async fn nothing_more(sock: &PolicedUdp, buf: &mut [u8]) {
 
 #[tokio::test]
 async fn a_batch_arrives_whole_and_in_order() {
-    let policy = NetPolicy::loopback();
-    let tx = bind(&policy, "127.0.0.1:0").await;
-    let rx = bind(&policy, "127.0.0.1:0").await;
-    let to = rx.local_addr().unwrap();
+    let (tx, rx, to) = pair().await;
     // More than two system calls' worth, of many lengths.
     let n = 2 * MAX_BATCH + 7;
     let items: Vec<(SocketAddr, Vec<u8>)> = (0..n)
@@ -69,10 +76,7 @@ async fn a_batch_arrives_whole_and_in_order() {
 
 #[tokio::test]
 async fn a_refused_destination_is_counted_and_the_rest_sent() {
-    let policy = NetPolicy::loopback();
-    let tx = bind(&policy, "127.0.0.1:0").await;
-    let rx = bind(&policy, "127.0.0.1:0").await;
-    let to = rx.local_addr().unwrap();
+    let (tx, rx, to) = pair().await;
     let outside: SocketAddr = "192.0.2.1:6881".parse().unwrap();
     let dsts = [to, to, outside, to, outside];
     let items: Vec<(SocketAddr, Vec<u8>)> = dsts
@@ -103,10 +107,7 @@ async fn a_datagram_the_system_refuses_is_counted_and_the_batch_goes_on() {
     // The kernel takes the first two, stops at the one too long for UDP
     // (a short count), fails it alone on the next call, then takes the
     // rest.
-    let policy = NetPolicy::loopback();
-    let tx = bind(&policy, "127.0.0.1:0").await;
-    let rx = bind(&policy, "127.0.0.1:0").await;
-    let to = rx.local_addr().unwrap();
+    let (tx, rx, to) = pair().await;
     let lens = [10, 20, 70_000, 30, 40];
     let items: Vec<(SocketAddr, Vec<u8>)> = lens
         .iter()
@@ -165,10 +166,7 @@ async fn read_batches(
 
 #[tokio::test]
 async fn one_call_reads_many_and_flags_the_oversized() {
-    let policy = NetPolicy::loopback();
-    let tx = bind(&policy, "127.0.0.1:0").await;
-    let rx = bind(&policy, "127.0.0.1:0").await;
-    let to = rx.local_addr().unwrap();
+    let (tx, rx, to) = pair().await;
     let max = 1000;
     let mut rb = RecvBatch::new(16, max);
     let n = 40;

@@ -387,6 +387,128 @@ impl Files {
     }
 }
 
+/// Segments shorter than this are read, not mapped (a map costs two
+/// system calls and a page table; small files are cheaper to copy).
+#[cfg(target_os = "linux")]
+const MIN_MAP: u64 = 64 << 10;
+
+/// A range of the transfer mapped for reading, so that a recheck hashes
+/// the page cache without copying it (see [`super::mapped`]): per file
+/// segment a map of what the file holds now; the rest (small segments,
+/// missing or short files, systems that cannot map) is read.
+pub(crate) struct MappedRun<'a> {
+    files: &'a Files,
+    /// Per map: the transfer offset it starts at, its file, the map.
+    #[cfg(target_os = "linux")]
+    maps: Vec<(u64, usize, super::mapped::Guarded)>,
+}
+
+impl Files {
+    /// Maps the transfer's bytes `offset..offset + len` for
+    /// [`MappedRun::visit`].
+    pub(crate) fn map_run(&self, offset: u64, len: u64) -> MappedRun<'_> {
+        #[cfg(target_os = "linux")]
+        {
+            let mut maps = Vec::new();
+            for (fi, foff, n) in self.layout.map(offset, len) {
+                let Ok(file) = self.file(fi) else { continue };
+                let Ok(md) = file.metadata() else { continue };
+                // Only what the file holds now: past it, reads fail as
+                // they should.
+                let n = n.min(md.len().saturating_sub(foff));
+                if n < MIN_MAP {
+                    continue;
+                }
+                if let Ok(m) = super::mapped::Guarded::map(&file, foff, n as usize) {
+                    maps.push((self.layout.files()[fi].offset + foff, fi, m));
+                }
+            }
+            MappedRun { files: self, maps }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (offset, len);
+            MappedRun { files: self }
+        }
+    }
+}
+
+impl MappedRun<'_> {
+    /// Calls `f` with the transfer's bytes `offset..offset + len` in
+    /// order: straight from the maps where they cover them, read into
+    /// `buf` (at most its length at a time) elsewhere. Errors are
+    /// [`Files::read_into`]'s; a mapped page that could not be read (its
+    /// file shrank after it was mapped, or the disk failed) is one too,
+    /// after `f` was given zeros for it: what `f` made of this range must
+    /// then be thrown away.
+    pub(crate) fn visit(
+        &self,
+        mut offset: u64,
+        len: u64,
+        buf: &mut [u8],
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<(), ReadError> {
+        let end = offset + len;
+        while offset < end {
+            #[cfg(target_os = "linux")]
+            if let Some((at, fi, m)) = self
+                .maps
+                .iter()
+                .find(|(at, _, m)| *at <= offset && offset < *at + m.bytes().len() as u64)
+            {
+                let from = (offset - at) as usize;
+                let to = ((end - at) as usize).min(m.bytes().len());
+                f(&m.bytes()[from..to]);
+                if m.faulted() {
+                    return Err(self.files.unreadable(*fi));
+                }
+                offset = at + to as u64;
+                continue;
+            }
+            #[cfg(target_os = "linux")]
+            let next = self
+                .maps
+                .iter()
+                .map(|(at, _, _)| *at)
+                .filter(|at| *at > offset)
+                .min()
+                .unwrap_or(end)
+                .min(end);
+            #[cfg(not(target_os = "linux"))]
+            let next = end;
+            let k = ((next - offset) as usize).min(buf.len());
+            self.files.read_into(offset, &mut buf[..k])?;
+            f(&buf[..k]);
+            offset += k as u64;
+        }
+        Ok(())
+    }
+}
+
+impl Files {
+    /// The error for file `fi` when a mapped page of it could not be read:
+    /// truncated if it is shorter now than the transfer says, else an I/O
+    /// error.
+    #[cfg(target_os = "linux")]
+    fn unreadable(&self, fi: usize) -> ReadError {
+        let want = self.layout.files()[fi].length;
+        let now = self.file(fi).and_then(|f| f.metadata()).map(|m| m.len());
+        let fault = match now {
+            Ok(len) if len < want => StorageFault::Truncated {
+                path: self.rel(fi).to_path_buf(),
+                len,
+                want,
+            },
+            _ => StorageFault::Io {
+                path: self.rel(fi).to_path_buf(),
+                errno: Some(libc::EIO),
+                message: "a page of the file could not be read".into(),
+            },
+        };
+        ReadError { file: fi, fault }
+    }
+}
+
 /// A recorded file state from `stat` fields.
 pub(crate) fn state_of(ino: u64, size: u64, mtime: i64, nsec: i64) -> FileState {
     FileState {

@@ -38,6 +38,8 @@ mod fdcache;
 mod files;
 mod journal;
 mod lock;
+#[cfg(target_os = "linux")]
+mod mapped;
 mod open;
 mod pool;
 mod space;

@@ -68,8 +68,15 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     v.piece_count = m.info.piece_count();
     v.file_count = m.info.files.len() as u32;
     v.is_private = m.info.private;
-    v.comment = Arc::from(m.comment.clone().unwrap_or_default().as_str());
-    v.creator = Arc::from(m.created_by.clone().unwrap_or_default().as_str());
+    // Arc<str>::default() shares one empty string; Arc::from("") would
+    // allocate one per transfer.
+    let text = |t: &Option<String>| {
+        t.as_deref()
+            .filter(|t| !t.is_empty())
+            .map_or_else(Arc::default, Arc::from)
+    };
+    v.comment = text(&m.comment);
+    v.creator = text(&m.created_by);
     v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
     let mut link = format!(
         "magnet:?xt=urn:btih:{}&dn={}",
@@ -87,25 +94,25 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
                 announce: Arc::from(url.as_str()),
                 scrape: Arc::from(url.replace("/announce", "/scrape").as_str()),
                 announce_state: TrackerState::Inactive,
-                last_announce_result: Arc::from(""),
-                last_scrape_result: Arc::from(""),
+                last_announce_result: Arc::default(),
+                last_scrape_result: Arc::default(),
                 ..TrackerView::default()
             });
         }
     }
     v.link = Arc::from(link.as_str());
-    let mut files = Vec::new();
+    let mut files = Vec::with_capacity(m.info.files.len());
     let mut offset = 0u64;
     for f in &m.info.files {
         let name = if m.info.single_file {
-            m.info.name.clone()
+            v.name.clone()
         } else {
-            format!("{}/{}", m.info.name, f.path.join("/"))
+            Arc::from(format!("{}/{}", m.info.name, f.path.join("/")).as_str())
         };
         let begin = (offset / piece.max(1)) as u32;
         let end = (offset + f.length).div_ceil(piece.max(1)) as u32;
         files.push(FileView {
-            name: Arc::from(name.as_str()),
+            name,
             length: f.length,
             bytes_completed: 0,
             wanted: true,

@@ -101,12 +101,12 @@ impl Session {
             }
         }
         let t = self.transfers.get_mut(&id).expect("caller found it");
-        t.ed2k = Some(Ed2kSide {
+        t.ed2k = Some(Box::new(Ed2kSide {
             file,
             hash: link.hash,
             book,
             resumed: Vec::new(),
-        });
+        }));
         self.by_file.insert(file, id);
         self.mixed.push((id, file, scheme));
         let name = t.name.clone();

@@ -342,12 +342,12 @@ impl Session {
                 name: spec.link.name.as_str().into(),
                 size: spec.link.size,
                 bt: None,
-                ed2k: Some(Ed2kSide {
+                ed2k: Some(Box::new(Ed2kSide {
                     file,
                     hash: spec.link.hash,
                     book,
                     resumed,
-                }),
+                })),
                 run: if spec.paused {
                     RunState::Paused
                 } else {
@@ -400,12 +400,12 @@ impl Session {
                 name: name.into(),
                 size: hashes.size,
                 bt: None,
-                ed2k: Some(Ed2kSide {
+                ed2k: Some(Box::new(Ed2kSide {
                     file,
                     hash: hashes.file_hash,
                     book,
                     resumed: Vec::new(),
-                }),
+                })),
                 run: RunState::Running,
                 seed: true,
                 added_at: now,

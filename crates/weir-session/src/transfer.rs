@@ -60,7 +60,9 @@ pub(crate) struct Transfer {
     pub(crate) name: std::sync::Arc<str>,
     pub(crate) size: u64,
     pub(crate) bt: Option<BtSide>,
-    pub(crate) ed2k: Option<Ed2kSide>,
+    /// Boxed: most transfers have no eD2k side, and inline it cost every
+    /// transfer its 368 bytes.
+    pub(crate) ed2k: Option<Box<Ed2kSide>>,
     pub(crate) run: RunState,
     /// Keep serving once complete.
     pub(crate) seed: bool,

@@ -832,7 +832,17 @@ impl Torrent {
     /// The next thing the runtime must do.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.flush();
-        self.events.pop_front()
+        let ev = self.events.pop_front();
+        if ev.is_none() && self.peers.is_empty() {
+            // Idle (no connection): give back the event queues' buffers,
+            // which an idle transfer would otherwise keep for good (a
+            // daemon holds thousands); a busy one keeps reusing them.
+            if self.events.capacity() > 0 {
+                self.events = VecDeque::new();
+            }
+            self.content.release_buffers();
+        }
+        ev
     }
 
     // ---- download side -------------------------------------------------

@@ -504,6 +504,38 @@ fn resume_and_check_start_from_what_is_stored() {
     assert!(std::iter::from_fn(|| t.poll_event()).any(|e| matches!(e, Event::CheckDone)));
 }
 
+/// A torrent with no connection gives back its event queues' buffers once
+/// they are drained (an idle daemon torrent kept a few hundred bytes of
+/// them for good), and works the same after.
+#[test]
+fn an_idle_torrent_drained_of_events_keeps_no_queue_buffers() {
+    let data = payload(6 * PIECE as usize);
+    let m = meta(&data);
+    let n = m.info.piece_count();
+    let mut t = Torrent::new(
+        &m,
+        TorrentConfig::new([1; 20]),
+        &Bitfield::new(n),
+        &Bitfield::full(n),
+    );
+    let mut checks = Vec::new();
+    while let Some(ev) = t.poll_event() {
+        if let Event::Storage(StorageOp::Check { piece }) = ev {
+            checks.push(piece);
+        }
+    }
+    assert_eq!(checks.len(), n as usize);
+    assert_eq!(t.events.capacity(), 0);
+    let now = Instant::now(); // test-epoch
+    for p in checks {
+        t.handle_storage(StorageEvent::PieceDone { piece: p, ok: true }, now);
+    }
+    let evs: Vec<Event> = std::iter::from_fn(|| t.poll_event()).collect();
+    assert!(evs.iter().any(|e| matches!(e, Event::CheckDone)));
+    assert_eq!(t.events.capacity(), 0);
+    assert!(t.is_complete());
+}
+
 #[test]
 fn a_dialling_leecher_says_interested_with_its_handshake_and_a_seed_unchokes_at_once() {
     let data = payload(4 * PIECE as usize);

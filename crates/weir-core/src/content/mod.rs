@@ -779,6 +779,15 @@ impl Content {
     pub fn poll_event(&mut self) -> Option<ContentEvent> {
         self.events.pop_front()
     }
+
+    /// Gives back the event queue's buffer if it is empty (an idle
+    /// transfer's owner calls this so that thousands of idle transfers do
+    /// not each keep one).
+    pub fn release_buffers(&mut self) {
+        if self.events.is_empty() && self.events.capacity() > 0 {
+            self.events = VecDeque::new();
+        }
+    }
 }
 
 #[cfg(test)]

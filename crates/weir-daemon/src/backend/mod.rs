@@ -188,14 +188,15 @@ pub struct TransferList {
 /// the request's field list and form (at most [`RowCache::SLOTS`] of
 /// them: a web page and a remote polling with different fields).
 #[derive(Default)]
-pub struct RowCache(std::sync::Mutex<Vec<CachedRow>>);
+pub struct RowCache(std::sync::Mutex<[Option<CachedRow>; RowCache::SLOTS]>);
 
 /// One cached row: the key it was written for (see
 /// [`RowCache::append`]) and its bytes.
 type CachedRow = (std::sync::Arc<[u8]>, Box<[u8]>);
 
 impl RowCache {
-    /// Field lists remembered per view.
+    /// Field lists remembered per view (held inline: a `Vec` of them cost
+    /// each idle transfer a second allocation, with room for four).
     pub const SLOTS: usize = 2;
 
     /// The row written for `key`, appended to `out`; `false` if none is
@@ -204,6 +205,7 @@ impl RowCache {
         let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match rows
             .iter()
+            .flatten()
             .find(|(k, _)| std::sync::Arc::ptr_eq(k, key) || **k == **key)
         {
             Some((_, row)) => {
@@ -217,10 +219,14 @@ impl RowCache {
     /// Remembers `row` for `key`, in place of the oldest when full.
     pub(crate) fn store(&self, key: &std::sync::Arc<[u8]>, row: &[u8]) {
         let mut rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if rows.len() >= Self::SLOTS {
-            rows.remove(0);
+        // Slots fill front to back; when full the oldest (first) goes.
+        if rows.iter().all(Option::is_some) {
+            rows.rotate_left(1);
+            rows[Self::SLOTS - 1] = None;
         }
-        rows.push((key.clone(), row.into()));
+        if let Some(free) = rows.iter_mut().find(|r| r.is_none()) {
+            *free = Some((key.clone(), row.into()));
+        }
     }
 }
 
@@ -389,5 +395,24 @@ mod tests {
         v.total_size = 400;
         v.have_valid = 150;
         assert!((v.percent_complete() - 0.375).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_row_cache_keeps_the_two_newest_field_lists() {
+        let c = RowCache::default();
+        let key = |k: &str| -> std::sync::Arc<[u8]> { k.as_bytes().into() };
+        let got = |k: &str| {
+            let mut out = Vec::new();
+            c.append(&key(k), &mut out).then_some(out)
+        };
+        assert_eq!(got("a"), None);
+        c.store(&key("a"), b"row a");
+        c.store(&key("b"), b"row b");
+        assert_eq!(got("a").as_deref(), Some(&b"row a"[..]));
+        assert_eq!(got("b").as_deref(), Some(&b"row b"[..]));
+        c.store(&key("c"), b"row c");
+        assert_eq!(got("a"), None, "the oldest goes");
+        assert_eq!(got("b").as_deref(), Some(&b"row b"[..]));
+        assert_eq!(got("c").as_deref(), Some(&b"row c"[..]));
     }
 }

@@ -122,7 +122,7 @@ pub struct SessionSettings {
 impl Default for SessionSettings {
     /// Transmission's defaults, with weir's discovery features off.
     fn default() -> Self {
-        let empty: Arc<str> = Arc::from("");
+        let empty: Arc<str> = Arc::default();
         SessionSettings {
             download_dir: empty.clone(),
             download_dir_free_space: None,

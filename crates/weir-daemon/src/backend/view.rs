@@ -262,7 +262,7 @@ impl TransferView {
     /// A view with Transmission's "nothing yet" values for everything but
     /// the id, hash and name.
     pub fn new(id: TransferId, hash: TransferHash, name: impl Into<Arc<str>>) -> Self {
-        let empty: Arc<str> = Arc::from("");
+        let empty: Arc<str> = Arc::default();
         TransferView {
             id,
             hash,

@@ -47,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
             .transfers(TransferQuery {
                 select: Selection::All,
                 detail: Detail::default(),
+                row_key: None,
             })
             .await?;
         snap.push(t.elapsed().as_secs_f64() * 1e3);

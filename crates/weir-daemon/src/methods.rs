@@ -113,7 +113,7 @@ pub(crate) async fn run<B: Backend>(
             backend.close().await?;
             empty()
         }
-        Method::TorrentGet => torrent_get(backend, &a).await,
+        Method::TorrentGet => torrent_get(backend, &a, form).await,
         Method::TorrentAdd => torrent_add(backend, &a, form).await,
         Method::TorrentSet => {
             let select = a.selection()?;
@@ -218,7 +218,11 @@ fn absolute(p: &str) -> Result<PathBuf, RpcError> {
     Ok(path)
 }
 
-async fn torrent_get<B: Backend>(backend: &B, a: &Args<'_>) -> Result<Payload, RpcError> {
+async fn torrent_get<B: Backend>(
+    backend: &B,
+    a: &Args<'_>,
+    form: Form,
+) -> Result<Payload, RpcError> {
     let Some((_, Value::Array(names))) = a.get(&["fields"]) else {
         return Err(RpcError::invalid_params("no fields specified"));
     };
@@ -241,6 +245,7 @@ async fn torrent_get<B: Backend>(backend: &B, a: &Args<'_>) -> Result<Payload, R
         .transfers(TransferQuery {
             select,
             detail: fields.detail(),
+            row_key: Some(crate::torrents::row_key(&fields, form, table)),
         })
         .await?;
     Ok(Payload::Torrents(TorrentsRequest {

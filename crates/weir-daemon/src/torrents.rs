@@ -564,6 +564,18 @@ fn write_value(out: &mut Vec<u8>, field: Field, v: &TransferView, keys: &Keys) {
     }
 }
 
+/// What a `torrent-get` row's bytes depend on besides its view: the table
+/// flag, the form and the field names (the key of
+/// [`crate::backend::RowCache`]).
+pub(crate) fn row_key(fields: &FieldList, form: Form, table: bool) -> Arc<[u8]> {
+    let mut key = vec![u8::from(table), u8::from(form == Form::Classic)];
+    for (_, name) in &fields.fields {
+        key.extend_from_slice(name.as_bytes());
+        key.push(0);
+    }
+    key.into()
+}
+
 /// Streams the `torrents` array (and `removed`) of a `torrent-get` answer
 /// inside its envelope: call [`TorrentsWriter::fill`] until it says done.
 pub(crate) struct TorrentsWriter {
@@ -612,16 +624,12 @@ impl TorrentsWriter {
                 p
             })
             .collect();
-        let mut row_key = vec![u8::from(table), u8::from(form == Form::Classic)];
-        for (_, name) in &fields.fields {
-            row_key.extend_from_slice(name.as_bytes());
-            row_key.push(0);
-        }
+        let row_key = row_key(&fields, form, table);
         TorrentsWriter {
             list,
             fields,
             prefixes,
-            row_key: row_key.into(),
+            row_key,
             table,
             with_removed,
             keys: Keys {
@@ -667,7 +675,15 @@ impl TorrentsWriter {
                             out.push(b',');
                         }
                         let cache = self.list.rows.get(self.next).and_then(Option::as_ref);
+                        let written = self.list.written.get(self.next).and_then(Option::as_ref);
                         self.next += 1;
+                        if let Some(row) = written {
+                            out.extend_from_slice(row);
+                            if out.len() >= chunk {
+                                return false;
+                            }
+                            continue;
+                        }
                         match cache {
                             Some(c) if c.append(&self.row_key, out) => {}
                             Some(c) => {
@@ -757,6 +773,7 @@ mod tests {
             transfers: vec![Arc::new(view()), Arc::new(view())],
             removed: vec![3],
             rows: Vec::new(),
+            written: Vec::new(),
         };
         let w = TorrentsWriter::new(
             list,
@@ -828,6 +845,7 @@ mod tests {
             transfers: (0..50).map(|_| Arc::new(view())).collect(),
             removed: vec![],
             rows: Vec::new(),
+            written: Vec::new(),
         };
         let mk = |list| {
             TorrentsWriter::new(
@@ -868,6 +886,7 @@ mod tests {
                 transfers: views.clone(),
                 removed: Vec::new(),
                 rows: rows.clone(),
+                written: Vec::new(),
             };
             let w = TorrentsWriter::new(
                 list,
@@ -885,6 +904,7 @@ mod tests {
                 transfers: views.clone(),
                 removed: Vec::new(),
                 rows: Vec::new(),
+                written: Vec::new(),
             };
             TorrentsWriter::new(
                 list,
@@ -914,6 +934,7 @@ mod tests {
             transfers: views.clone(),
             removed: Vec::new(),
             rows: vec![Some(planted)],
+            written: Vec::new(),
         };
         let out = TorrentsWriter::new(
             list,
@@ -929,6 +950,30 @@ mod tests {
             out.starts_with(b"{\"torrents\":[{\"id\":99},{"),
             "{}",
             String::from_utf8_lossy(&out)
+        );
+        // A row the backend gives as written is copied, whatever the view
+        // beside it says (the view may be the transfer's base).
+        let list = TransferList {
+            transfers: views.clone(),
+            removed: Vec::new(),
+            rows: Vec::new(),
+            written: vec![None, Some(Arc::from(&b"{\"id\":42}"[..]))],
+        };
+        let out = TorrentsWriter::new(
+            list,
+            FieldList::parse(["id", "name"]),
+            Form::Classic,
+            false,
+            false,
+            Vec::new(),
+            Vec::new(),
+        )
+        .into_bytes();
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("},{\"id\":42},{"), "{text}");
+        assert_eq!(
+            key,
+            row_key(&FieldList::parse(["id", "name"]), Form::Classic, false)
         );
         // Copies of the real rows read the same as writing them.
         assert_eq!(get(&["id", "name"], Form::Classic, false), first);

@@ -55,6 +55,7 @@ async fn all(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
             files: true,
             ..Detail::default()
         },
+        row_key: None,
     })
     .await
     .expect("torrent-get")
@@ -73,6 +74,7 @@ async fn list(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
     let q = TransferQuery {
         select: Selection::All,
         detail: Detail::default(),
+        row_key: None,
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -551,6 +553,81 @@ async fn a_selection_is_counted_before_the_engine_holds_the_transfer() -> anyhow
         t[0].files.iter().map(|f| f.wanted).collect::<Vec<_>>(),
         [true, false]
     );
+    stop(e).await;
+    Ok(())
+}
+
+/// `torrent-get` over RPC answers an idle transfer from its cached row
+/// from the third read on (the backend then keeps the row, not a second
+/// full view), and every change still shows: a stop and a start change the
+/// status, and another field list is written afresh and right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_rows_follow_every_change_over_rpc() -> anyhow::Result<()> {
+    use serde_json::{Value, json};
+    use weir_daemon::client::RpcClient;
+    use weir_daemon::{RpcConfig, RpcServer};
+    let (dir, state, downloads) = tmp("engine-backend-rows")?;
+    let (torrent, _) = make_torrent(dir.path(), "rows.bin", &[("", 300_000)])?;
+    let e = engine().await;
+    let b =
+        std::sync::Arc::new(EngineBackend::start(config(&state, &downloads), e.handle()).await?);
+    let AddOutcome::Added(t) = b.add(AddRequest::new(AddSource::Path(torrent))).await? else {
+        panic!("not added")
+    };
+    wait(&b, "the torrent seeding", |v| {
+        v.len() == 1 && v[0].state == TransferState::Seeding
+    })
+    .await;
+    let server = RpcServer::bind(RpcConfig::new("127.0.0.1:0".parse()?), b.clone()).await?;
+    let h = server.spawn();
+    let c = RpcClient::new(h.addr());
+    let get = |fields: Vec<&'static str>| {
+        let c = &c;
+        async move {
+            let r = c
+                .call("torrent-get", json!({ "fields": fields }))
+                .await
+                .expect("torrent-get");
+            r["torrents"][0].clone()
+        }
+    };
+    let list = vec!["id", "name", "status"];
+    // Until `want` holds, reading again (bounded): a stale row never does.
+    let until = |fields: Vec<&'static str>, want: fn(&Value) -> bool, what: &'static str| {
+        let get = &get;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let row = get(fields.clone()).await;
+                if want(&row) {
+                    return row;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{what}: {row}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    for _ in 0..4 {
+        let row = get(list.clone()).await;
+        assert_eq!(row, json!({"id": t.id, "name": "rows.bin", "status": 6}));
+    }
+    c.call("torrent-stop", json!({ "ids": [t.id] })).await?;
+    until(list.clone(), |r| r["status"] == 0, "stopped").await;
+    for _ in 0..3 {
+        assert_eq!(get(list.clone()).await["status"], 0);
+    }
+    let other = get(vec!["id", "percentDone", "status"]).await;
+    assert_eq!((&other["id"], &other["status"]), (&json!(t.id), &json!(0)));
+    assert_eq!(other["percentDone"].as_f64(), Some(1.0), "{other}");
+    c.call("torrent-start", json!({ "ids": [t.id] })).await?;
+    until(list.clone(), |r| r["status"] == 6, "seeding again").await;
+    until(
+        vec!["id", "percentDone", "status"],
+        |r| r["status"] == 6,
+        "the other list too",
+    )
+    .await;
+    h.stop().await?;
     stop(e).await;
     Ok(())
 }

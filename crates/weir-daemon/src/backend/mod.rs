@@ -165,6 +165,12 @@ pub struct TransferQuery {
     pub select: Selection,
     /// Which costly parts to fill.
     pub detail: Detail,
+    /// The key of the rows the answer will be written with (see
+    /// [`RowCache`]), if the caller writes rows: a backend that caches rows
+    /// may answer a transfer whose row for this key it holds with that row
+    /// alone ([`TransferList::written`]), and need not keep the view it
+    /// was written from.
+    pub row_key: Option<std::sync::Arc<[u8]>>,
 }
 
 /// The answer to a [`TransferQuery`].
@@ -182,6 +188,14 @@ pub struct TransferList {
     /// hands out is unchanged. The writer copies a cached row of the same
     /// fields instead of writing it again.
     pub rows: Vec<Option<std::sync::Arc<RowCache>>>,
+    /// Optional, beside `transfers` (same order; shorter or empty means
+    /// none for the rest): the row already written for the query's
+    /// [`TransferQuery::row_key`], current for that transfer. Where one is
+    /// given, the writer copies it, and `transfers` may hold the
+    /// transfer's base view (what its content says, without its current
+    /// state), so that a backend need not keep a full view for rows it
+    /// already has.
+    pub written: Vec<Option<std::sync::Arc<[u8]>>>,
 }
 
 /// `torrent-get` rows written for one view that has not changed since, by
@@ -192,7 +206,7 @@ pub struct RowCache(std::sync::Mutex<[Option<CachedRow>; RowCache::SLOTS]>);
 
 /// One cached row: the key it was written for (see
 /// [`RowCache::append`]) and its bytes.
-type CachedRow = (std::sync::Arc<[u8]>, Box<[u8]>);
+type CachedRow = (std::sync::Arc<[u8]>, std::sync::Arc<[u8]>);
 
 impl RowCache {
     /// Field lists remembered per view (held inline: a `Vec` of them cost
@@ -202,18 +216,22 @@ impl RowCache {
     /// The row written for `key`, appended to `out`; `false` if none is
     /// cached.
     pub(crate) fn append(&self, key: &std::sync::Arc<[u8]>, out: &mut Vec<u8>) -> bool {
-        let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match rows
-            .iter()
-            .flatten()
-            .find(|(k, _)| std::sync::Arc::ptr_eq(k, key) || **k == **key)
-        {
-            Some((_, row)) => {
-                out.extend_from_slice(row);
+        match self.get(key) {
+            Some(row) => {
+                out.extend_from_slice(&row);
                 true
             }
             None => false,
         }
+    }
+
+    /// The row written for `key`, if one is cached.
+    pub fn get(&self, key: &[u8]) -> Option<std::sync::Arc<[u8]>> {
+        let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        rows.iter()
+            .flatten()
+            .find(|(k, _)| **k == *key)
+            .map(|(_, row)| row.clone())
     }
 
     /// Remembers `row` for `key`, in place of the oldest when full.

@@ -156,6 +156,7 @@ impl Backend for EngineBackend {
             let st = &mut *guard;
             let mut out = Vec::with_capacity(st.entries.len());
             let mut rows = Vec::with_capacity(st.entries.len());
+            let mut written = Vec::new();
             let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
             // One walk over the entries in id order (not a search for each
             // selected id).
@@ -183,10 +184,31 @@ impl Backend for EngineBackend {
                 };
                 let position = positions.get(&id).copied().unwrap_or(0);
                 if query.detail == Detail::default() {
-                    if let Some((v, r)) = view::CachedView::get(e, info, &absent, position, now) {
-                        out.push(v);
-                        rows.push(Some(r));
-                        continue;
+                    let key = query.row_key.as_deref();
+                    match view::CachedView::get(e, info, &absent, position, now, key) {
+                        Some(view::Cached::Row(row)) => {
+                            // The row is current: the base stands in for
+                            // the view (see `TransferList::written`).
+                            out.push(e.base.clone());
+                            rows.push(None);
+                            written.resize(out.len() - 1, None);
+                            written.push(Some(row));
+                            continue;
+                        }
+                        Some(view::Cached::View(v, r)) => {
+                            out.push(v);
+                            rows.push(Some(r));
+                            continue;
+                        }
+                        Some(view::Cached::Rebuild) => {
+                            let mut v = view::fill(e, info, absent, None, query.detail, now);
+                            v.queue_position = position;
+                            let v = Arc::new(v);
+                            rows.push(view::CachedView::keep(e, v.clone()));
+                            out.push(v);
+                            continue;
+                        }
+                        None => {}
                     }
                     let key = view::ViewKey::of(e, info, &absent, position, now);
                     let mut v = view::fill(e, info, absent, None, query.detail, now);
@@ -222,6 +244,7 @@ impl Backend for EngineBackend {
                 transfers: out,
                 removed,
                 rows,
+                written,
             }
         };
         if !newly_done.is_empty() {

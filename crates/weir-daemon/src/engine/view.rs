@@ -70,27 +70,61 @@ pub(super) struct CachedView {
     /// for it by address).
     base: Arc<TransferView>,
     key: ViewKey,
-    view: Arc<TransferView>,
-    /// The answer rows written from `view`: valid exactly as long as it.
+    /// The view, until a row of it is cached for the field list asked: a
+    /// request answered from a cached row lets it go (an idle transfer then
+    /// keeps its rows, not a second full view), and a request for another
+    /// field list builds it again.
+    view: Option<Arc<TransferView>>,
+    /// The answer rows written from the view: valid exactly as long as
+    /// `key` and `base` hold.
     rows: Arc<RowCache>,
 }
 
+/// What [`CachedView::get`] found for a transfer whose list view is still
+/// valid.
+pub(super) enum Cached {
+    /// The row for the request's key, written before.
+    Row(Arc<[u8]>),
+    /// The view and its rows (none for this key yet).
+    View(Arc<TransferView>, Arc<RowCache>),
+    /// Valid rows but no view kept and none for this key: the caller builds
+    /// the view again and gives it back with [`CachedView::keep`].
+    Rebuild,
+}
+
 impl CachedView {
-    /// The cached view if `e`'s base and the key of the other arguments
-    /// (see [`ViewKey::of`]) are what it was built from.
+    /// What is cached for `e` if its base and the key of the other
+    /// arguments (see [`ViewKey::of`]) are what it was built from: the row
+    /// for `row_key` if there is one (and then the view is let go), else
+    /// the view.
     pub(super) fn get(
-        e: &Entry,
+        e: &mut Entry,
         info: Option<&TransferInfo>,
         absent: &Absent,
         queue_position: u32,
         now: u64,
-    ) -> Option<(Arc<TransferView>, Arc<RowCache>)> {
-        e.list_view
-            .as_ref()
-            .filter(|c| {
-                Arc::ptr_eq(&c.base, &e.base) && c.key.is(e, info, absent, queue_position, now)
-            })
-            .map(|c| (c.view.clone(), c.rows.clone()))
+        row_key: Option<&[u8]>,
+    ) -> Option<Cached> {
+        let valid = e.list_view.as_ref().is_some_and(|c| {
+            Arc::ptr_eq(&c.base, &e.base) && c.key.is(e, info, absent, queue_position, now)
+        });
+        let c = e.list_view.as_mut().filter(|_| valid)?;
+        if let Some(row) = row_key.and_then(|k| c.rows.get(k)) {
+            c.view = None;
+            return Some(Cached::Row(row));
+        }
+        Some(match &c.view {
+            Some(v) => Cached::View(v.clone(), c.rows.clone()),
+            None => Cached::Rebuild,
+        })
+    }
+
+    /// Keeps `view`, built again for an entry whose cached rows are valid
+    /// (after [`Cached::Rebuild`]); its rows.
+    pub(super) fn keep(e: &mut Entry, view: Arc<TransferView>) -> Option<Arc<RowCache>> {
+        let c = e.list_view.as_mut()?;
+        c.view = Some(view);
+        Some(c.rows.clone())
     }
 
     /// Remembers `view`, built over `base` from `key`.
@@ -102,7 +136,7 @@ impl CachedView {
         CachedView {
             base,
             key,
-            view,
+            view: Some(view),
             rows: Arc::default(),
         }
     }

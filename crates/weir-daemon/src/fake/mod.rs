@@ -646,6 +646,7 @@ impl Backend for FakeBackend {
             transfers,
             removed,
             rows: Vec::new(),
+            written: Vec::new(),
         })
     }
 

@@ -928,24 +928,29 @@ mod tests {
             }
             k.into()
         };
+        // `views` with these rows and written rows, as ["id", "name"] in
+        // the classic form.
+        let id_name = |rows, written| {
+            let list = TransferList {
+                transfers: views.clone(),
+                removed: Vec::new(),
+                rows,
+                written,
+            };
+            TorrentsWriter::new(
+                list,
+                FieldList::parse(["id", "name"]),
+                Form::Classic,
+                false,
+                false,
+                Vec::new(),
+                Vec::new(),
+            )
+            .into_bytes()
+        };
         let planted = Arc::new(crate::backend::RowCache::default());
         planted.store(&key, b"{\"id\":99}");
-        let list = TransferList {
-            transfers: views.clone(),
-            removed: Vec::new(),
-            rows: vec![Some(planted)],
-            written: Vec::new(),
-        };
-        let out = TorrentsWriter::new(
-            list,
-            FieldList::parse(["id", "name"]),
-            Form::Classic,
-            false,
-            false,
-            Vec::new(),
-            Vec::new(),
-        )
-        .into_bytes();
+        let out = id_name(vec![Some(planted)], Vec::new());
         assert!(
             out.starts_with(b"{\"torrents\":[{\"id\":99},{"),
             "{}",
@@ -953,22 +958,7 @@ mod tests {
         );
         // A row the backend gives as written is copied, whatever the view
         // beside it says (the view may be the transfer's base).
-        let list = TransferList {
-            transfers: views.clone(),
-            removed: Vec::new(),
-            rows: Vec::new(),
-            written: vec![None, Some(Arc::from(&b"{\"id\":42}"[..]))],
-        };
-        let out = TorrentsWriter::new(
-            list,
-            FieldList::parse(["id", "name"]),
-            Form::Classic,
-            false,
-            false,
-            Vec::new(),
-            Vec::new(),
-        )
-        .into_bytes();
+        let out = id_name(Vec::new(), vec![None, Some(Arc::from(&b"{\"id\":42}"[..]))]);
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("},{\"id\":42},{"), "{text}");
         assert_eq!(

@@ -57,6 +57,34 @@ pub enum Order {
     Sequential,
 }
 
+/// How soon a piece is wanted, from the priorities of the files under it
+/// (Transmission's file priorities: a piece takes the highest of its
+/// files'). New pieces are started from the highest priority down, rarest
+/// first (or in order) within each; pieces already started are finished
+/// whatever their priority.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// After every other wanted piece.
+    Low,
+    /// The default.
+    #[default]
+    Normal,
+    /// Before every other wanted piece.
+    High,
+}
+
+impl Priority {
+    /// The bucket set a wanted piece of this priority is kept in (highest
+    /// first).
+    fn tier(self) -> usize {
+        match self {
+            Priority::High => 0,
+            Priority::Normal => 1,
+            Priority::Low => 2,
+        }
+    }
+}
+
 /// What a received block meant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Received {
@@ -108,8 +136,12 @@ pub struct Picker {
     /// Peers with each piece, not counting whole seeds.
     avail: Vec<u32>,
     seeds: u32,
-    /// `buckets[a]` holds wanted pieces with availability `a`, shuffled.
-    buckets: Vec<Vec<u32>>,
+    /// `buckets[t][a]` holds wanted pieces of priority tier `t` (see
+    /// [`Priority::tier`]) with availability `a`, shuffled.
+    buckets: [Vec<Vec<u32>>; 3],
+    /// Each piece's priority; empty while every piece is normal (the
+    /// usual case costs nothing per piece).
+    priority: Vec<Priority>,
     /// Position of each wanted piece in its bucket.
     pos: Vec<u32>,
     partial: BTreeMap<u32, Partial>,
@@ -135,7 +167,8 @@ impl Picker {
             state: vec![State::Wanted; n as usize],
             avail: vec![0; n as usize],
             seeds: 0,
-            buckets: vec![Vec::new()],
+            buckets: [Vec::new(), vec![Vec::new()], Vec::new()],
+            priority: Vec::new(),
             pos: vec![0; n as usize],
             partial: BTreeMap::new(),
             free_blocks: 0,
@@ -148,6 +181,42 @@ impl Picker {
             p.free_blocks += u64::from(geo.blocks_in_piece(i));
         }
         p
+    }
+
+    /// Sets each piece's priority (`priorities[p]` for piece `p`; pieces
+    /// past its end are normal). Wanted pieces move to their new tier;
+    /// started ones are finished as before.
+    pub fn set_priorities(&mut self, priorities: &[Priority]) {
+        let n = self.geo.piece_count();
+        let all_normal = priorities.iter().all(|p| *p == Priority::Normal);
+        for piece in 0..n {
+            let new = priorities.get(piece as usize).copied().unwrap_or_default();
+            if new == self.priority_of(piece) {
+                continue;
+            }
+            let wanted = self.state[piece as usize] == State::Wanted;
+            if wanted {
+                self.bucket_remove(piece);
+            }
+            if self.priority.is_empty() {
+                self.priority = vec![Priority::Normal; n as usize];
+            }
+            self.priority[piece as usize] = new;
+            if wanted {
+                self.bucket_insert(piece);
+            }
+        }
+        if all_normal {
+            self.priority = Vec::new();
+        }
+    }
+
+    /// Piece `piece`'s priority.
+    pub fn priority_of(&self, piece: u32) -> Priority {
+        self.priority
+            .get(piece as usize)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The geometry picked over.
@@ -549,13 +618,23 @@ impl Picker {
                 {
                     self.seq_cursor += 1;
                 }
-                (self.seq_cursor..self.geo.piece_count())
-                    .find(|&i| self.state[i as usize] == State::Wanted && has.has(i))
+                let from = self.seq_cursor;
+                let wanted = |i: u32, t: Priority| {
+                    self.state[i as usize] == State::Wanted
+                        && self.priority_of(i) == t
+                        && has.has(i)
+                };
+                if self.priority.is_empty() {
+                    return (from..self.geo.piece_count()).find(|&i| wanted(i, Priority::Normal));
+                }
+                [Priority::High, Priority::Normal, Priority::Low]
+                    .into_iter()
+                    .find_map(|t| (from..self.geo.piece_count()).find(|&i| wanted(i, t)))
             }
             Order::RarestFirst => self
                 .buckets
                 .iter()
-                .flat_map(|b| b.iter().copied())
+                .flat_map(|tier| tier.iter().flat_map(|b| b.iter().copied()))
                 .find(|&i| has.has(i)),
         }
     }
@@ -577,10 +656,11 @@ impl Picker {
     fn bucket_insert(&mut self, piece: u32) {
         self.seq_cursor = self.seq_cursor.min(piece);
         let a = self.avail[piece as usize] as usize;
-        if self.buckets.len() <= a {
-            self.buckets.resize_with(a + 1, Vec::new);
+        let tier = &mut self.buckets[self.priority_of(piece).tier()];
+        if tier.len() <= a {
+            tier.resize_with(a + 1, Vec::new);
         }
-        let bucket = &mut self.buckets[a];
+        let bucket = &mut tier[a];
         bucket.push(piece);
         let last = bucket.len() - 1;
         let j = self.rng.usize(..=last);
@@ -591,7 +671,7 @@ impl Picker {
 
     fn bucket_remove(&mut self, piece: u32) {
         let a = self.avail[piece as usize] as usize;
-        let bucket = &mut self.buckets[a];
+        let bucket = &mut self.buckets[self.priority_of(piece).tier()][a];
         let at = self.pos[piece as usize] as usize;
         debug_assert_eq!(bucket.get(at), Some(&piece));
         bucket.swap_remove(at);
@@ -634,6 +714,113 @@ mod tests {
         let mut out = Vec::new();
         p.pick(1, PeerHas::Some(&common), 2, &mut out);
         assert!(out.iter().all(|b| b.piece == 5), "{out:?}");
+    }
+
+    /// The pieces a seed is asked for, one whole piece per pick, in order.
+    fn pick_order(p: &mut Picker) -> Vec<u32> {
+        let mut order: Vec<u32> = Vec::new();
+        let mut out = Vec::new();
+        while p.pick(0, PeerHas::All, 1, &mut out) > 0 {
+            for b in out.drain(..) {
+                if order.last() != Some(&b.piece) {
+                    order.push(b.piece);
+                }
+            }
+        }
+        order
+    }
+
+    #[test]
+    fn high_priority_pieces_start_first_and_low_last_rarest_first_within() {
+        let mut p = Picker::new(geo(8, 2), Order::RarestFirst, 3);
+        let mut prio = vec![Priority::Normal; 8];
+        prio[6] = Priority::High;
+        prio[2] = Priority::High;
+        prio[0] = Priority::Low;
+        p.set_priorities(&prio);
+        // Piece 2 is rarer than 6 (one peer fewer): first among the highs.
+        let mut most = Bitfield::new(8);
+        for i in (0..8).filter(|&i| i != 2) {
+            most.set(i);
+        }
+        p.peer_joined(PeerHas::Some(&most));
+        p.peer_joined(PeerHas::All);
+        let order = pick_order(&mut p);
+        assert_eq!(&order[..2], [2, 6], "{order:?}");
+        assert_eq!(order[7], 0, "{order:?}");
+        let mut normal = order[2..7].to_vec();
+        normal.sort_unstable();
+        assert_eq!(normal, [1, 3, 4, 5, 7]);
+    }
+
+    #[test]
+    fn sequential_order_goes_by_priority_then_index() {
+        let mut p = Picker::new(geo(6, 2), Order::Sequential, 3);
+        p.set_priorities(&[
+            Priority::Low,
+            Priority::Normal,
+            Priority::High,
+            Priority::Normal,
+            Priority::High,
+            Priority::Low,
+        ]);
+        p.peer_joined(PeerHas::All);
+        assert_eq!(pick_order(&mut p), [2, 4, 1, 3, 0, 5]);
+    }
+
+    #[test]
+    fn priorities_set_back_to_normal_cost_nothing_and_pick_everything() {
+        let mut p = Picker::new(geo(16, 1), Order::RarestFirst, 9);
+        let mut some = vec![Priority::Normal; 16];
+        some[3] = Priority::High;
+        some[9] = Priority::Low;
+        p.set_priorities(&some);
+        assert_eq!(p.priority_of(3), Priority::High);
+        p.set_priorities(&[]);
+        assert!(
+            p.priority.is_empty(),
+            "no per-piece table when all are normal"
+        );
+        assert!(p.buckets[0].iter().chain(&p.buckets[2]).all(Vec::is_empty));
+        p.peer_joined(PeerHas::All);
+        let mut order = pick_order(&mut p);
+        order.sort_unstable();
+        assert_eq!(order, (0..16).collect::<Vec<_>>());
+    }
+
+    proptest::proptest! {
+        /// Whatever the priorities, availability and started pieces, new
+        /// pieces start from the highest priority down, and every wanted
+        /// piece is picked exactly once.
+        #[test]
+        fn new_pieces_go_by_priority(
+            prio in proptest::collection::vec(0u8..3, 1..40),
+            avail in proptest::collection::vec(0u32..4, 40),
+            seed in 0u64..1000,
+            sequential in proptest::bool::ANY,
+        ) {
+            let n = prio.len() as u32;
+            let order = if sequential { Order::Sequential } else { Order::RarestFirst };
+            let mut p = Picker::new(geo(n, 1), order, seed);
+            let prio: Vec<Priority> = prio
+                .iter()
+                .map(|t| [Priority::Low, Priority::Normal, Priority::High][*t as usize])
+                .collect();
+            for piece in 0..n {
+                for _ in 0..avail[piece as usize] {
+                    p.peer_has(piece);
+                }
+            }
+            p.set_priorities(&prio);
+            p.peer_joined(PeerHas::All);
+            let picked = pick_order(&mut p);
+            let mut sorted = picked.clone();
+            sorted.sort_unstable();
+            proptest::prop_assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+            for w in picked.windows(2) {
+                proptest::prop_assert!(prio[w[0] as usize] >= prio[w[1] as usize], "{:?}", picked);
+            }
+        }
     }
 
     #[test]

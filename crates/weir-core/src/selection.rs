@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::bitfield::Bitfield;
 use crate::geometry::Geometry;
+use crate::picker::Priority;
 use crate::storage::FileLayout;
 
 /// A file selection resolved against a transfer's layout. (Which files a
@@ -87,6 +88,39 @@ impl Selection {
     pub fn is_everything(&self) -> bool {
         self.everything
     }
+}
+
+/// Each piece's priority from its files' (`files[i]` for file `i` of
+/// `layout`; files past its end are normal): the highest of the files
+/// holding a byte of the piece, as Transmission does. `None` when every
+/// piece is normal. A count that does not match the layout is an error.
+pub fn piece_priorities(
+    layout: &FileLayout,
+    geo: &Geometry,
+    files: &[Priority],
+) -> Result<Option<Arc<[Priority]>>, SelectionError> {
+    if files.len() != layout.files().len() {
+        return Err(SelectionError::FileCount {
+            given: files.len(),
+            files: layout.files().len(),
+        });
+    }
+    if files.iter().all(|p| *p == Priority::Normal) {
+        return Ok(None);
+    }
+    // Each piece takes the highest priority of the files holding a byte
+    // of it (a piece no file holds, which files covering the transfer
+    // leave none of, stays normal).
+    let mut out: Vec<Option<Priority>> = vec![None; geo.piece_count() as usize];
+    for (i, &prio) in files.iter().enumerate() {
+        for p in layout.pieces_of_file(i, geo) {
+            let slot = &mut out[p as usize];
+            *slot = Some(slot.map_or(prio, |had| had.max(prio)));
+        }
+    }
+    Ok(Some(
+        out.into_iter().map(Option::unwrap_or_default).collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -204,5 +238,24 @@ mod tests {
             }
             prop_assert_eq!(s.is_everything(), wanted.iter().all(|&w| w));
         }
+    }
+
+    #[test]
+    fn a_piece_takes_the_highest_priority_of_its_files() {
+        // 10-byte pieces; files of 15, 10 and 5 bytes: pieces 0 (f0),
+        // 1 (f0 + f1), 2 (f1 + f2).
+        let l = FileLayout::new([
+            (PathBuf::from("a"), 15),
+            (PathBuf::from("b"), 10),
+            (PathBuf::from("c"), 5),
+        ]);
+        let geo = Geometry::new(30, 10, 10).unwrap();
+        use Priority::*;
+        let got = |f: &[Priority]| piece_priorities(&l, &geo, f).unwrap().map(|p| p.to_vec());
+        assert_eq!(got(&[Normal, Normal, Normal]), None);
+        assert_eq!(got(&[Low, High, Normal]), Some(vec![Low, High, High]));
+        assert_eq!(got(&[Low, Low, Normal]), Some(vec![Low, Low, Normal]));
+        assert_eq!(got(&[High, Low, Low]), Some(vec![High, High, Low]));
+        assert!(piece_priorities(&l, &geo, &[High]).is_err(), "one per file");
     }
 }

@@ -201,6 +201,7 @@ async fn add(
             seed,
             paused: false,
             files: None,
+            priorities: None,
         })
         .await?;
     let addr = e.bt_addr.unwrap();

@@ -69,6 +69,9 @@ pub struct AddTorrent {
     /// Pieces wanted (`None`: all): the others hold only deselected files
     /// and are never asked for ([`weir_core::selection::Selection::pieces`]).
     pub wanted: Option<Bitfield>,
+    /// Each piece's priority (`None`: all normal; see
+    /// [`weir_core::selection::piece_priorities`]).
+    pub priorities: Option<Arc<[weir_core::picker::Priority]>>,
 }
 
 /// Options of an eD2k download added to the session.
@@ -236,6 +239,7 @@ impl Session {
         }
         tcfg.download = spec.download;
         tcfg.wanted = spec.wanted;
+        tcfg.priorities = spec.priorities;
         tcfg.pex = self.cfg.pex;
         tcfg.dht_port = self.cfg.dht_port.filter(|_| !meta.info.private);
         let digests = Torrent::digests(&meta);

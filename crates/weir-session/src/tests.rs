@@ -81,6 +81,7 @@ fn add_meta(
             seed: false,
             download: true,
             wanted,
+            priorities: None,
         },
         now,
     )
@@ -459,6 +460,7 @@ fn a_transfer_added_after_a_ban_never_learns_or_dials_the_banned_address() {
                 seed: false,
                 download: true,
                 wanted: None,
+                priorities: None,
             },
             now,
         )
@@ -670,6 +672,7 @@ fn a_peer_s_dht_port_reaches_the_runtime_and_private_torrents_advertise_no_dht()
             seed: false,
             download: true,
             wanted: None,
+            priorities: None,
         },
         now,
     )

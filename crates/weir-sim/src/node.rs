@@ -640,6 +640,7 @@ impl World {
                         seed: true,
                         download: true,
                         wanted: t.wanted.clone(),
+                        priorities: None,
                     },
                     now,
                 );

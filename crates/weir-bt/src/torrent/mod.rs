@@ -143,6 +143,9 @@ pub struct TorrentConfig {
     /// user deselected and are never asked for (see
     /// [`weir_core::selection`]).
     pub wanted: Option<Bitfield>,
+    /// Each piece's priority (`None`: all normal): new pieces are started
+    /// from the highest down (see [`weir_core::picker::Priority`]).
+    pub priorities: Option<Arc<[weir_core::picker::Priority]>>,
 }
 
 impl TorrentConfig {
@@ -165,6 +168,7 @@ impl TorrentConfig {
             pex: true,
             dht_port: None,
             wanted: None,
+            priorities: None,
         }
     }
 }
@@ -301,6 +305,7 @@ impl Torrent {
                 seed: cfg.seed,
                 max_unverified: cfg.max_unverified,
                 wanted: cfg.wanted.clone(),
+                priorities: cfg.priorities.clone(),
                 ..ContentConfig::default()
             },
             had,

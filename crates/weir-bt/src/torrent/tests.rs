@@ -56,6 +56,8 @@ struct Node {
     complete: bool,
     /// Cancel messages this node received.
     cancels_received: usize,
+    /// Pieces it verified, in order.
+    verified: Vec<u32>,
 }
 
 struct Swarm {
@@ -100,6 +102,7 @@ impl Swarm {
             banned: Vec::new(),
             complete: seed,
             cancels_received: 0,
+            verified: Vec::new(),
         });
         self.nodes.len() - 1
     }
@@ -176,11 +179,8 @@ impl Swarm {
                 }
                 Event::Ban { ip, .. } => self.nodes[i].banned.push(ip),
                 Event::Complete => self.nodes[i].complete = true,
-                Event::PieceVerified(_)
-                | Event::CheckDone
-                | Event::Content(_)
-                | Event::PexPeers(_)
-                | Event::DhtNode(_) => {}
+                Event::PieceVerified(p) => self.nodes[i].verified.push(p),
+                Event::CheckDone | Event::Content(_) | Event::PexPeers(_) | Event::DhtNode(_) => {}
                 Event::Fatal(e) => panic!("fatal: {e}"),
             }
         }
@@ -289,6 +289,39 @@ fn leecher_downloads_everything_from_a_seed() {
             .iter()
             .any(|(_, r)| matches!(r, CloseReason::PeerIsSeed | CloseReason::BothSeeds))
     );
+}
+
+/// Pieces of high priority are fetched before the others and low ones
+/// after (the configured priorities reach the picker), and everything is
+/// still fetched.
+#[test]
+fn a_leecher_fetches_high_priority_pieces_first_and_low_ones_last() {
+    use weir_core::picker::Priority;
+    let mut s = Swarm::new(payload(12 * PIECE as usize));
+    let seed = s.add(true);
+    let leech = s.add(false);
+    let m = meta(&s.data);
+    let n = m.info.piece_count();
+    let mut prio = vec![Priority::Normal; n as usize];
+    prio[9] = Priority::High;
+    prio[10] = Priority::High;
+    prio[0] = Priority::Low;
+    prio[1] = Priority::Low;
+    let mut cfg = TorrentConfig::new([1; 20]);
+    cfg.seed = 1;
+    cfg.priorities = Some(prio.into());
+    s.nodes[leech].t = Torrent::new(&m, cfg, &Bitfield::new(n), &Bitfield::new(n));
+    s.connect(seed, leech);
+    s.run();
+    assert_eq!(s.nodes[leech].store, s.data);
+    let order = &s.nodes[leech].verified;
+    assert_eq!(order.len(), n as usize, "{order:?}");
+    let mut first: Vec<u32> = order[..2].to_vec();
+    first.sort_unstable();
+    assert_eq!(first, [9, 10], "{order:?}");
+    let mut last: Vec<u32> = order[order.len() - 2..].to_vec();
+    last.sort_unstable();
+    assert_eq!(last, [0, 1], "{order:?}");
 }
 
 #[test]

@@ -28,12 +28,13 @@ pub mod secondary;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::bitfield::Bitfield;
 use crate::geometry::{BlockSpan, Geometry};
-use crate::picker::{Order, PeerHas, PeerKey, Picker, Received};
+use crate::picker::{Order, PeerHas, PeerKey, Picker, Priority, Received};
 use crate::storage::{StorageEvent, StorageOp};
 use assembly::Assembly;
 use evidence::Evidence;
@@ -92,6 +93,9 @@ pub struct ContentConfig {
     /// only: never picked, never checked, not counted as left (see
     /// [`crate::selection`]).
     pub wanted: Option<Bitfield>,
+    /// Each piece's priority (`None` or empty: all normal; see
+    /// [`crate::picker::Priority`] and [`crate::selection::piece_priorities`]).
+    pub priorities: Option<Arc<[Priority]>>,
 }
 
 impl Default for ContentConfig {
@@ -103,6 +107,7 @@ impl Default for ContentConfig {
             on_fail: FailPolicy::Investigate,
             write_run: assembly::WRITE_RUN,
             wanted: None,
+            priorities: None,
         }
     }
 }
@@ -223,6 +228,9 @@ impl Content {
                     picker.skip(p);
                 }
             }
+        }
+        if let Some(prio) = cfg.priorities.take() {
+            picker.set_priorities(&prio);
         }
         let mut checking = Bitfield::new(geo.piece_count());
         for p in check.iter_ones() {

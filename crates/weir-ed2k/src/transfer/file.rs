@@ -111,6 +111,7 @@ impl FileState {
                 on_fail: FailPolicy::Defer,
                 write_run: WRITE_RUN,
                 wanted: None,
+                priorities: None,
             },
             had,
             &Bitfield::new(parts),

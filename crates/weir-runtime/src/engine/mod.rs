@@ -162,6 +162,11 @@ pub struct TorrentSource {
     /// only the pieces of those are fetched, and files sharing none of
     /// them are not created (BEP 53 `so=`, `--files`, `files-unwanted`).
     pub files: Option<Arc<[bool]>>,
+    /// Each file's priority, one per file of the torrent (`None`: all
+    /// normal): a piece takes the highest of its files', and new pieces are
+    /// started from the highest down (Transmission's `priority-high` /
+    /// `priority-low`).
+    pub priorities: Option<Arc<[weir_core::picker::Priority]>>,
 }
 
 /// An eD2k download to add.

@@ -112,6 +112,7 @@ pub(crate) fn seed_source(meta: Arc<Metainfo>, dir: &Path) -> TorrentSource {
         seed: true,
         paused: false,
         files: None,
+        priorities: None,
     }
 }
 
@@ -129,6 +130,7 @@ pub(crate) fn download_source(
         seed: false,
         paused: false,
         files: None,
+        priorities: None,
     }
 }
 

@@ -43,6 +43,7 @@ fn seeder(now: Instant) -> (Session, TransferId) {
                 seed: true,
                 download: false,
                 wanted: None,
+                priorities: None,
             },
             now,
         )

@@ -96,6 +96,7 @@ fn demo(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
                 seed: true,
                 paused: false,
                 files: None,
+                priorities: None,
             };
         let seeder = Engine::start(node(&policy)).await?;
         let seed_addr = seeder.bt_addr.context("seeder has no address")?;

@@ -220,6 +220,7 @@ pub(crate) fn run(ctx: &Ctx, sources: Sources, run: RunOpts<'_>) -> anyhow::Resu
                     seed: run.seed,
                     paused: false,
                     files,
+                    priorities: None,
                 })
                 .await
                 .map_err(engine_error)?;

@@ -43,6 +43,16 @@ impl Driver {
                         }
                     }
                 };
+                if let Some(p) = &src.priorities
+                    && let Err(source) =
+                        weir_core::selection::piece_priorities(&layout, &geometry, p)
+                {
+                    let _ = reply.send(Err(EngineError::Selection {
+                        name: src.meta.info.name.clone(),
+                        source,
+                    }));
+                    return;
+                }
                 let spec = TransferSpec {
                     dir: root,
                     layout,

@@ -93,6 +93,19 @@ impl Driver {
         };
         let (added, reply) = match pending {
             Pending::Torrent(src, reply) => {
+                // Checked when the add was asked (one per file).
+                let priorities = src.priorities.as_ref().and_then(|p| {
+                    let geometry = weir_core::geometry::Geometry::new(
+                        src.meta.info.total_length(),
+                        src.meta.info.piece_length,
+                        weir_bt::wire::BLOCK_LEN,
+                    )
+                    .ok()?;
+                    let layout = crate::engine::spec::layout(&src.meta);
+                    weir_core::selection::piece_priorities(&layout, &geometry, p)
+                        .ok()
+                        .flatten()
+                });
                 let r = self.session.add_torrent(
                     AddTorrent {
                         meta: src.meta.clone(),
@@ -104,6 +117,7 @@ impl Driver {
                         seed: src.seed,
                         download: src.open.mode == storage::Mode::Download,
                         wanted: opened.wanted.clone(),
+                        priorities,
                     },
                     now,
                 );

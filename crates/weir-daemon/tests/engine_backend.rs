@@ -304,15 +304,15 @@ async fn torrent_set_queue_location_and_settings_on_the_engine() -> anyhow::Resu
         }
     );
     assert_eq!(&*v.labels, &["x".to_string()]);
-    // File priorities are refused naming them, a file index past the
+    // A bandwidth priority is refused naming it, a file index past the
     // last is refused, and nothing changes either time.
     let high = TransferChange {
-        priority_high: Some(FileSet::Indices(vec![0])),
+        bandwidth_priority: Some(Priority::High),
         download_limit: Some(1),
         ..TransferChange::default()
     };
     match b.change(one_sel(), high).await {
-        Err(BackendError::Unsupported(m)) => assert!(m.contains("priority"), "{m}"),
+        Err(BackendError::Unsupported(m)) => assert!(m.contains("bandwidthPriority"), "{m}"),
         other => panic!("{other:?}"),
     }
     let past = TransferChange {
@@ -628,6 +628,72 @@ async fn cached_rows_follow_every_change_over_rpc() -> anyhow::Result<()> {
     )
     .await;
     h.stop().await?;
+    stop(e).await;
+    Ok(())
+}
+
+/// File priorities set at add and by torrent-set show in the files' views,
+/// restart the transfer with them (it seeds again from its journal), and
+/// come back from the state after a restart of the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_priorities_show_and_persist() -> anyhow::Result<()> {
+    let (dir, state, downloads) = tmp("engine-backend-prio")?;
+    let (torrent, _) = make_torrent(
+        dir.path(),
+        "prio",
+        &[("a.bin", 100_000), ("b.bin", 60_000), ("c.bin", 40_000)],
+    )?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    let mut req = AddRequest::new(AddSource::Path(torrent));
+    req.priority_low = vec![2];
+    req.priority_high = vec![2, 0];
+    let AddOutcome::Added(t) = b.add(req).await? else {
+        panic!("not added")
+    };
+    let prio = |v: &TransferView| v.files.iter().map(|f| f.priority).collect::<Vec<_>>();
+    let seen = wait(&b, "seeding with its priorities", |v| {
+        v.len() == 1 && v[0].state == TransferState::Seeding
+    })
+    .await;
+    // Added low then high: file 2 named in both ends high.
+    assert_eq!(
+        prio(&seen[0]),
+        [Priority::High, Priority::Normal, Priority::High]
+    );
+    let sel = || Selection::Refs(vec![TransferRef::Id(t.id)]);
+    b.change(
+        sel(),
+        TransferChange {
+            priority_low: Some(FileSet::Indices(vec![0])),
+            priority_normal: Some(FileSet::Indices(vec![2])),
+            ..TransferChange::default()
+        },
+    )
+    .await?;
+    let again = wait(&b, "seeding again after the change", |v| {
+        v.len() == 1
+            && v[0].state == TransferState::Seeding
+            && v[0]
+                .files
+                .first()
+                .is_some_and(|f| f.priority == Priority::Low)
+    })
+    .await;
+    assert_eq!(
+        prio(&again[0]),
+        [Priority::Low, Priority::Normal, Priority::Normal]
+    );
+    assert_eq!(again[0].have_valid, 200_000, "nothing fetched again");
+    stop(e).await;
+    drop(b);
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    let back = wait(&b, "listed again", |v| v.len() == 1).await;
+    assert_eq!(
+        prio(&back[0]),
+        [Priority::Low, Priority::Normal, Priority::Normal]
+    );
     stop(e).await;
     Ok(())
 }

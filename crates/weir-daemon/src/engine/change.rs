@@ -2,13 +2,12 @@
 //! goals of [`EngineBackend`].
 //!
 //! What weir's engine cannot do is refused with an error naming it, never
-//! accepted and ignored: it fetches the wanted files of a torrent at one
-//! priority (so `priority-high` and `priority-low` are refused, while
-//! asking for what already holds is accepted), and it has no per-transfer
-//! peer limit, sequential switch, tracker editing, bandwidth priority or
-//! way around the session caps. `files-wanted`/`files-unwanted` restart
-//! the transfer in the engine with the new selection (its storage reopens
-//! trusting its journal: nothing verified is fetched again).
+//! accepted and ignored: it has no per-transfer peer limit, sequential
+//! switch, tracker editing, bandwidth priority or way around the session
+//! caps. `files-wanted`/`files-unwanted` and file priorities
+//! (`priority-high`/`-low`/`-normal`) restart the transfer in the engine
+//! with the new selection and priorities (its storage reopens trusting its
+//! journal: nothing verified is fetched again).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,11 +63,6 @@ fn check_supported(c: &TransferChange, file_count: u32, ed2k: bool) -> Result<()
     if ed2k && names(&c.files_unwanted) {
         return Err(BackendError::Unsupported(
             "files-unwanted: an eD2k download is one file; remove it instead",
-        ));
-    }
-    if names(&c.priority_high) || names(&c.priority_low) {
-        return Err(BackendError::Unsupported(
-            "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
         ));
     }
     if c.bandwidth_priority.is_some_and(|p| p != Priority::Normal) {
@@ -128,6 +122,40 @@ fn apply_files(unwanted: &mut Vec<u32>, c: &TransferChange, file_count: u32) -> 
     let new: Vec<u32> = set.into_iter().collect();
     let changed = new != *unwanted;
     *unwanted = new;
+    changed
+}
+
+/// Applies `priority-high`, `priority-low` then `priority-normal` of `c`
+/// to a record's file priorities (see `Record::priorities`); whether they
+/// changed. (Transmission applies them in that order, so a file named in
+/// two ends at the later; an empty list names every file.)
+fn apply_priorities(prio: &mut Vec<(u32, i8)>, c: &TransferChange, file_count: u32) -> bool {
+    let mut map: std::collections::BTreeMap<u32, i8> = prio.iter().copied().collect();
+    for (set, level) in [
+        (&c.priority_high, 1i8),
+        (&c.priority_low, -1),
+        (&c.priority_normal, 0),
+    ] {
+        let all: Vec<u32>;
+        let files = match set {
+            Some(FileSet::All) => {
+                all = (0..file_count).collect();
+                &all
+            }
+            Some(FileSet::Indices(v)) => v,
+            None => continue,
+        };
+        for &f in files {
+            if level == 0 {
+                map.remove(&f);
+            } else {
+                map.insert(f, level);
+            }
+        }
+    }
+    let new: Vec<(u32, i8)> = map.into_iter().collect();
+    let changed = new != *prio;
+    *prio = new;
     changed
 }
 
@@ -224,7 +252,10 @@ impl EngineBackend {
                 let Some(e) = st.entries.get_mut(id) else {
                     continue;
                 };
-                if apply_files(&mut e.record.unwanted, &change, e.base.file_count) {
+                let files = apply_files(&mut e.record.unwanted, &change, e.base.file_count);
+                let priorities =
+                    apply_priorities(&mut e.record.priorities, &change, e.base.file_count);
+                if files || priorities {
                     e.mark_wanted();
                     // Not yet in the engine (a magnet fetching, a stopped
                     // or opening transfer): it starts with it next time.
@@ -560,11 +591,34 @@ mod tests {
         );
         refused(
             TransferChange {
-                priority_high: Some(FileSet::All),
+                bandwidth_priority: Some(Priority::High),
                 ..TransferChange::default()
             },
-            "priority",
+            "bandwidthPriority",
         );
+        // File priorities are done, on eD2k's one file too; out of range
+        // is still refused.
+        check_supported(
+            &TransferChange {
+                priority_high: Some(FileSet::All),
+                priority_low: Some(FileSet::Indices(vec![1])),
+                ..TransferChange::default()
+            },
+            2,
+            true,
+        )
+        .unwrap();
+        assert!(matches!(
+            check_supported(
+                &TransferChange {
+                    priority_low: Some(FileSet::Indices(vec![2])),
+                    ..TransferChange::default()
+                },
+                2,
+                false
+            ),
+            Err(BackendError::FileIndexOutOfRange(2))
+        ));
         refused(
             TransferChange {
                 peer_limit: Some(3),
@@ -601,6 +655,49 @@ mod tests {
             ),
             Err(BackendError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn file_priorities_apply_high_then_low_then_normal() {
+        let set = |h: Option<FileSet>, l: Option<FileSet>, n: Option<FileSet>| TransferChange {
+            priority_high: h,
+            priority_low: l,
+            priority_normal: n,
+            ..TransferChange::default()
+        };
+        let idx = |v: &[u32]| Some(FileSet::Indices(v.to_vec()));
+        let mut p = Vec::new();
+        assert!(apply_priorities(
+            &mut p,
+            &set(idx(&[3, 1]), idx(&[0]), None),
+            5
+        ));
+        assert_eq!(p, [(0, -1), (1, 1), (3, 1)]);
+        // Named high and low in one call: low (applied after) wins; normal
+        // after both.
+        assert!(apply_priorities(
+            &mut p,
+            &set(idx(&[2]), idx(&[2, 3]), idx(&[1])),
+            5
+        ));
+        assert_eq!(p, [(0, -1), (2, -1), (3, -1)]);
+        assert!(
+            !apply_priorities(&mut p, &set(None, idx(&[0]), None), 5),
+            "no change"
+        );
+        // An empty list names every file.
+        assert!(apply_priorities(
+            &mut p,
+            &set(Some(FileSet::All), None, None),
+            3
+        ));
+        assert_eq!(p, [(0, 1), (1, 1), (2, 1), (3, -1)]);
+        assert!(apply_priorities(
+            &mut p,
+            &set(None, None, Some(FileSet::All)),
+            4
+        ));
+        assert!(p.is_empty());
     }
 
     #[test]

@@ -310,17 +310,21 @@ impl Backend for EngineBackend {
                 "files-unwanted: an eD2k download is one file; remove it instead",
             ));
         }
-        if !req.priority_high.is_empty() || !req.priority_low.is_empty() {
-            return Err(BackendError::Unsupported(
-                "priority-high/priority-low: weir fetches every file at normal priority (file priorities are not supported)",
-            ));
-        }
         // More files than any torrent's metadata can name (the index
         // lists are otherwise bounded only by the body size).
         const MAX_LISTED: usize = 1 << 20;
-        if req.files_unwanted.len() > MAX_LISTED || req.files_wanted.len() > MAX_LISTED {
+        if [
+            &req.files_unwanted,
+            &req.files_wanted,
+            &req.priority_high,
+            &req.priority_low,
+            &req.priority_normal,
+        ]
+        .iter()
+        .any(|l| l.len() > MAX_LISTED)
+        {
             return Err(BackendError::Invalid(format!(
-                "files-wanted/files-unwanted: more than {MAX_LISTED} file indices"
+                "files-wanted/files-unwanted/priority-*: more than {MAX_LISTED} file indices"
             )));
         }
         // A magnet's files are known only once its metadata is: indices
@@ -329,6 +333,8 @@ impl Backend for EngineBackend {
             .files_wanted
             .iter()
             .chain(&req.files_unwanted)
+            .chain(&req.priority_high)
+            .chain(&req.priority_low)
             .chain(&req.priority_normal)
             .find(|i| {
                 !matches!(content, Content::Magnet(_)) && **i >= parsed.view.file_count.max(1)
@@ -345,6 +351,19 @@ impl Backend for EngineBackend {
             .collect::<std::collections::BTreeSet<u32>>()
             .into_iter()
             .collect();
+        // As Transmission's torrent-add: low, then normal, then high (a
+        // file named twice ends at the later).
+        let mut levels = std::collections::BTreeMap::new();
+        for (list, level) in [
+            (&req.priority_low, -1i8),
+            (&req.priority_normal, 0),
+            (&req.priority_high, 1),
+        ] {
+            for &f in list {
+                levels.insert(f, level);
+            }
+        }
+        let priorities: Vec<(u32, i8)> = levels.into_iter().filter(|(_, l)| *l != 0).collect();
         let hash = parsed.view.hash;
         let (dir, paused) = {
             let st = self.lock();
@@ -406,6 +425,7 @@ impl Backend for EngineBackend {
                 finished: false,
                 peers: link_peers,
                 unwanted,
+                priorities,
             };
             let e = entry(&self.0.dir, record, content, parsed, now);
             let added = AddedTransfer {

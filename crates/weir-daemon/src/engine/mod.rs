@@ -194,8 +194,37 @@ impl Entry {
     fn mark_wanted(&mut self) {
         for (i, f) in self.files.iter_mut().enumerate() {
             f.wanted = self.record.unwanted.binary_search(&(i as u32)).is_err();
+            f.priority = match self
+                .record
+                .priorities
+                .binary_search_by_key(&(i as u32), |(f, _)| *f)
+            {
+                Ok(at) if self.record.priorities[at].1 > 0 => Priority::High,
+                Ok(_) => Priority::Low,
+                Err(_) => Priority::Normal,
+            };
         }
         self.list_view = None;
+    }
+
+    /// One priority per file of its torrent, from the record (`None`:
+    /// every file normal, or not a torrent yet). Indices past the torrent's
+    /// files are ignored.
+    fn file_priorities(&self) -> Option<Arc<[weir_core::picker::Priority]>> {
+        use weir_core::picker::Priority as P;
+        let Content::Torrent(meta) = &self.content else {
+            return None;
+        };
+        if self.record.priorities.is_empty() {
+            return None;
+        }
+        let mut out = vec![P::Normal; meta.info.files.len()];
+        for &(i, level) in &self.record.priorities {
+            if let Some(p) = out.get_mut(i as usize) {
+                *p = if level > 0 { P::High } else { P::Low };
+            }
+        }
+        Some(out.into())
     }
 
     /// The record as it is to be saved: traffic of every run so far.
@@ -589,7 +618,7 @@ impl EngineBackend {
     /// background; with `recheck` every piece on disk is hashed again
     /// instead of trusting the journal).
     fn launch(&self, id: TransferId, recheck: bool) {
-        let (content, dir, paused, peers, files) = {
+        let (content, dir, paused, peers, (files, priorities)) = {
             let mut st = self.lock();
             let Some(e) = st.entries.get_mut(&id) else {
                 return;
@@ -606,7 +635,7 @@ impl EngineBackend {
                 e.record.download_dir.clone(),
                 e.record.paused,
                 e.record.peers.clone(),
-                e.wanted_files(),
+                (e.wanted_files(), e.file_priorities()),
             )
         };
         let me = self.clone();
@@ -626,6 +655,7 @@ impl EngineBackend {
                             seed: true,
                             paused,
                             files,
+                            priorities,
                         })
                         .await
                 }

@@ -164,6 +164,10 @@ pub struct Record {
     /// with wanted ones are not created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unwanted: Vec<u32>,
+    /// Files not at normal priority (`priority-high` / `priority-low`):
+    /// `(index, 1)` high, `(index, -1)` low, sorted by index, one each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priorities: Vec<(u32, i8)>,
 }
 
 /// Session settings that persist (what `session-set` changed).
@@ -501,6 +505,7 @@ mod tests {
                     finished: false,
                     peers: vec!["127.0.0.1:6881".parse().unwrap()],
                     unwanted: vec![0, 2],
+                    priorities: Vec::new(),
                 },
                 Record {
                     id: 3,
@@ -518,6 +523,7 @@ mod tests {
                     finished: true,
                     peers: Vec::new(),
                     unwanted: Vec::new(),
+                    priorities: Vec::new(),
                 },
             ],
             caps: SavedCaps {

@@ -26,6 +26,7 @@ fn rec(id: u64) -> Record {
         finished: false,
         peers: Vec::new(),
         unwanted: Vec::new(),
+        priorities: Vec::new(),
     }
 }
 

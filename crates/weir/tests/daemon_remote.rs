@@ -466,6 +466,28 @@ fn files_unwanted_are_not_fetched_kept_across_a_restart_and_fetched_once_wanted(
     assert_eq!(t[0]["wanted"], serde_json::json!([1, 0, 1]));
     assert!(!downloads.join("set/b.bin").exists());
 
+    // File priorities (`-ph`, `-pl`) show in `-f` and in torrent-get.
+    remote(&ns, &["-t", "1", "-ph", "2"])?;
+    remote(&ns, &["-t", "1", "-pl", "0"])?;
+    wait_for(
+        &ns,
+        &["priorities"],
+        Duration::from_secs(30),
+        "the priorities set",
+        |t| t.len() == 1 && t[0]["priorities"] == serde_json::json!([-1, 0, 1]),
+    )?;
+    let files = remote(&ns, &["-t", "1", "-f"])?;
+    let row = |name: &str| {
+        files
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{files}"))
+            .to_owned()
+    };
+    assert!(row("set/a.bin").contains("Low"), "{files}");
+    assert!(row("set/b.bin").contains("Normal"), "{files}");
+    assert!(row("set/c.bin").contains("High"), "{files}");
+
     // Wanted now (`transmission-remote -g`): the transfer fetches it
     // without fetching again what it has.
     remote(&ns, &["-t", "1", "-g", "1"])?;

@@ -19,9 +19,9 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use weir_daemon::Backend;
 use weir_daemon::backend::{
-    Action, AddOutcome, AddRequest, AddedTransfer, BackendError, FreeSpace, Selection,
-    RowCache, SessionChange, SessionSettings, SessionStats, TransferChange, TransferHash,
-    TransferList, TransferQuery, TransferView,
+    Action, AddOutcome, AddRequest, AddedTransfer, BackendError, FreeSpace, RowCache, Selection,
+    SessionChange, SessionSettings, SessionStats, TransferChange, TransferHash, TransferList,
+    TransferQuery, TransferView,
 };
 
 struct Mem {
@@ -48,6 +48,12 @@ impl Backend for Mem {
         Ok(TransferList {
             transfers: picked.iter().map(|&k| self.views[k].clone()).collect(),
             rows: picked.iter().map(|&k| Some(self.rows[k].clone())).collect(),
+            // Rows already cached for the request's key are handed over as
+            // written, as the engine backend does.
+            written: picked
+                .iter()
+                .map(|&k| q.row_key.as_deref().and_then(|key| self.rows[k].get(key)))
+                .collect(),
             removed: if q.select == Selection::RecentlyActive {
                 vec![9]
             } else {

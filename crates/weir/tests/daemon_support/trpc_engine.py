@@ -89,11 +89,19 @@ try:
     raise AssertionError("files_unwanted past the last file accepted")
 except TransmissionError as e:
     assert "5" in str(e), str(e)
+# File priorities: set, read back, set back; an index past the last is
+# refused naming it.
+c.change_torrent(t.id, priority_high=[0])
+p = c.get_torrent(t.id, arguments=["id", "priorities"])
+assert list(p.fields["priorities"]) == [1], p.fields["priorities"]
+c.change_torrent(t.id, priority_normal=[0])
+p = c.get_torrent(t.id, arguments=["id", "priorities"])
+assert list(p.fields["priorities"]) == [0], p.fields["priorities"]
 try:
-    c.change_torrent(t.id, priority_high=[0])
-    raise AssertionError("priority_high accepted")
+    c.change_torrent(t.id, priority_low=[5])
+    raise AssertionError("priority_low past the last file accepted")
 except TransmissionError as e:
-    assert "priority" in str(e), str(e)
+    assert "5" in str(e), str(e)
 print("change_torrent ok")
 
 data = os.path.join(downloads, name)

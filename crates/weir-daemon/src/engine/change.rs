@@ -130,21 +130,29 @@ fn apply_files(unwanted: &mut Vec<u32>, c: &TransferChange, file_count: u32) -> 
 /// changed. (Transmission applies them in that order, so a file named in
 /// two ends at the later; an empty list names every file.)
 fn apply_priorities(prio: &mut Vec<(u32, i8)>, c: &TransferChange, file_count: u32) -> bool {
+    let files = |set: &Option<FileSet>| match set {
+        Some(FileSet::All) => (0..file_count).collect(),
+        Some(FileSet::Indices(v)) => v.clone(),
+        None => Vec::new(),
+    };
+    set_levels(
+        prio,
+        [
+            (&files(&c.priority_high)[..], 1),
+            (&files(&c.priority_low)[..], -1),
+            (&files(&c.priority_normal)[..], 0),
+        ],
+    )
+}
+
+/// Sets the files of each list to its level (1 high, -1 low, 0 normal),
+/// list after list, in a record's file priorities (see
+/// `Record::priorities`: the non-normal files, sorted); whether they
+/// changed. `torrent-add` and `torrent-set` both go through it, each in
+/// Transmission's order.
+pub(super) fn set_levels(prio: &mut Vec<(u32, i8)>, lists: [(&[u32], i8); 3]) -> bool {
     let mut map: std::collections::BTreeMap<u32, i8> = prio.iter().copied().collect();
-    for (set, level) in [
-        (&c.priority_high, 1i8),
-        (&c.priority_low, -1),
-        (&c.priority_normal, 0),
-    ] {
-        let all: Vec<u32>;
-        let files = match set {
-            Some(FileSet::All) => {
-                all = (0..file_count).collect();
-                &all
-            }
-            Some(FileSet::Indices(v)) => v,
-            None => continue,
-        };
+    for (files, level) in lists {
         for &f in files {
             if level == 0 {
                 map.remove(&f);

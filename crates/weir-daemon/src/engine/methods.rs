@@ -353,17 +353,15 @@ impl Backend for EngineBackend {
             .collect();
         // As Transmission's torrent-add: low, then normal, then high (a
         // file named twice ends at the later).
-        let mut levels = std::collections::BTreeMap::new();
-        for (list, level) in [
-            (&req.priority_low, -1i8),
-            (&req.priority_normal, 0),
-            (&req.priority_high, 1),
-        ] {
-            for &f in list {
-                levels.insert(f, level);
-            }
-        }
-        let priorities: Vec<(u32, i8)> = levels.into_iter().filter(|(_, l)| *l != 0).collect();
+        let mut priorities = Vec::new();
+        super::change::set_levels(
+            &mut priorities,
+            [
+                (&req.priority_low[..], -1),
+                (&req.priority_normal[..], 0),
+                (&req.priority_high[..], 1),
+            ],
+        );
         let hash = parsed.view.hash;
         let (dir, paused) = {
             let st = self.lock();

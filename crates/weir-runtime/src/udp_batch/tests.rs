@@ -47,16 +47,29 @@ async fn nothing_more(sock: &PolicedUdp, buf: &mut [u8]) {
     assert!(r.is_err(), "an unexpected datagram: {r:?}");
 }
 
+/// Datagram `i` of `lens[i].1` bytes to `lens[i].0`, each, sent in one
+/// batch from `tx`: the items and what the sender counted.
+async fn send_all(
+    tx: &PolicedUdp,
+    to: impl IntoIterator<Item = (SocketAddr, usize)>,
+) -> (Vec<(SocketAddr, Vec<u8>)>, SendCount) {
+    let items: Vec<(SocketAddr, Vec<u8>)> = to
+        .into_iter()
+        .enumerate()
+        .map(|(i, (a, len))| (a, datagram(i, len)))
+        .collect();
+    let c = BatchSender::new()
+        .send(tx, &items, |(a, d)| (*a, &d[..]))
+        .await;
+    (items, c)
+}
+
 #[tokio::test]
 async fn a_batch_arrives_whole_and_in_order() {
     let (tx, rx, to) = pair().await;
     // More than two system calls' worth, of many lengths.
     let n = 2 * MAX_BATCH + 7;
-    let items: Vec<(SocketAddr, Vec<u8>)> = (0..n)
-        .map(|i| (to, datagram(i, 1 + (i * 97) % 1400)))
-        .collect();
-    let mut sender = BatchSender::new();
-    let c = sender.send(&tx, &items, |(a, d)| (*a, &d[..])).await;
+    let (items, c) = send_all(&tx, (0..n).map(|i| (to, 1 + (i * 97) % 1400))).await;
     assert_eq!(
         c,
         SendCount {
@@ -79,14 +92,7 @@ async fn a_refused_destination_is_counted_and_the_rest_sent() {
     let (tx, rx, to) = pair().await;
     let outside: SocketAddr = "192.0.2.1:6881".parse().unwrap();
     let dsts = [to, to, outside, to, outside];
-    let items: Vec<(SocketAddr, Vec<u8>)> = dsts
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| (a, datagram(i, 100)))
-        .collect();
-    let c = BatchSender::new()
-        .send(&tx, &items, |(a, d)| (*a, &d[..]))
-        .await;
+    let (_, c) = send_all(&tx, dsts.map(|a| (a, 100))).await;
     assert_eq!(
         c,
         SendCount {
@@ -109,14 +115,7 @@ async fn a_datagram_the_system_refuses_is_counted_and_the_batch_goes_on() {
     // rest.
     let (tx, rx, to) = pair().await;
     let lens = [10, 20, 70_000, 30, 40];
-    let items: Vec<(SocketAddr, Vec<u8>)> = lens
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (to, datagram(i, l)))
-        .collect();
-    let c = BatchSender::new()
-        .send(&tx, &items, |(a, d)| (*a, &d[..]))
-        .await;
+    let (_, c) = send_all(&tx, lens.map(|l| (to, l))).await;
     assert_eq!(
         c,
         SendCount {

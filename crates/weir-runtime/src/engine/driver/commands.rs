@@ -43,16 +43,21 @@ impl Driver {
                         }
                     }
                 };
-                if let Some(p) = &src.priorities
-                    && let Err(source) =
-                        weir_core::selection::piece_priorities(&layout, &geometry, p)
-                {
-                    let _ = reply.send(Err(EngineError::Selection {
-                        name: src.meta.info.name.clone(),
-                        source,
-                    }));
-                    return;
-                }
+                let priorities = match &src.priorities {
+                    None => None,
+                    Some(p) => {
+                        match weir_core::selection::piece_priorities(&layout, &geometry, p) {
+                            Ok(p) => p,
+                            Err(source) => {
+                                let _ = reply.send(Err(EngineError::Selection {
+                                    name: src.meta.info.name.clone(),
+                                    source,
+                                }));
+                                return;
+                            }
+                        }
+                    }
+                };
                 let spec = TransferSpec {
                     dir: root,
                     layout,
@@ -65,7 +70,7 @@ impl Driver {
                 };
                 let mut opts = src.open;
                 opts.workers = self.cfg.storage_workers;
-                self.open_storage(Pending::Torrent(src, reply), spec, opts, None);
+                self.open_storage(Pending::Torrent(src, reply, priorities), spec, opts, None);
             }
             Command::AddEd2k(src, reply) if self.session.ed2k_joins(&src.link).is_some() => {
                 // A file of a torrent here: it joins that transfer and its

@@ -101,9 +101,12 @@ impl From<ConnEvent<Wire, WireError>> for Msg {
 /// A transfer whose storage is being opened.
 #[derive(Debug)]
 pub(crate) enum Pending {
+    /// With each piece's priority (resolved from the source's per-file
+    /// priorities when the add was asked).
     Torrent(
         Box<TorrentSource>,
         oneshot::Sender<Result<TransferId, EngineError>>,
+        Option<Arc<[weir_core::picker::Priority]>>,
     ),
     Ed2k(
         Box<Ed2kSource>,

@@ -84,7 +84,7 @@ impl Driver {
             Err(e) => {
                 let e = EngineError::Open(e);
                 match pending {
-                    Pending::Torrent(_, r) | Pending::Ed2k(_, r) | Pending::Share(_, r) => {
+                    Pending::Torrent(_, r, _) | Pending::Ed2k(_, r) | Pending::Share(_, r) => {
                         let _ = r.send(Err(e));
                     }
                 }
@@ -92,20 +92,7 @@ impl Driver {
             }
         };
         let (added, reply) = match pending {
-            Pending::Torrent(src, reply) => {
-                // Checked when the add was asked (one per file).
-                let priorities = src.priorities.as_ref().and_then(|p| {
-                    let geometry = weir_core::geometry::Geometry::new(
-                        src.meta.info.total_length(),
-                        src.meta.info.piece_length,
-                        weir_bt::wire::BLOCK_LEN,
-                    )
-                    .ok()?;
-                    let layout = crate::engine::spec::layout(&src.meta);
-                    weir_core::selection::piece_priorities(&layout, &geometry, p)
-                        .ok()
-                        .flatten()
-                });
+            Pending::Torrent(src, reply, priorities) => {
                 let r = self.session.add_torrent(
                     AddTorrent {
                         meta: src.meta.clone(),

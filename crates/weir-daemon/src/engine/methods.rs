@@ -184,8 +184,9 @@ impl Backend for EngineBackend {
                 };
                 let position = positions.get(&id).copied().unwrap_or(0);
                 if query.detail == Detail::default() {
-                    let key = query.row_key.as_deref();
-                    match view::CachedView::get(e, info, &absent, position, now, key) {
+                    let key = view::fingerprint(e, info, &absent, position, now);
+                    let row_key = query.row_key.as_deref();
+                    match view::CachedView::get(e, key, row_key) {
                         Some(view::Cached::Row(row)) => {
                             // The row is current: the base stands in for
                             // the view (see `TransferList::written`).
@@ -210,7 +211,6 @@ impl Backend for EngineBackend {
                         }
                         None => {}
                     }
-                    let key = view::ViewKey::of(e, info, &absent, position, now);
                     let mut v = view::fill(e, info, absent, None, query.detail, now);
                     v.queue_position = position;
                     let v = Arc::new(v);

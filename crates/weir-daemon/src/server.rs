@@ -83,6 +83,9 @@ pub struct RpcConfig {
     pub body_timeout: Duration,
     /// Serve the JSON-RPC 2.0 form (RPC 6.0) besides the classic one.
     pub json_rpc: bool,
+    /// Told after every RPC answer and closed connection, so the heap a
+    /// burst of requests freed goes back to the system (none: kept).
+    pub heap: Option<weir_runtime::memory::HeapReleaser>,
 }
 
 impl RpcConfig {
@@ -99,6 +102,7 @@ impl RpcConfig {
             max_connections: 256,
             body_timeout: Duration::from_secs(30),
             json_rpc: true,
+            heap: None,
         }
     }
 }
@@ -220,6 +224,7 @@ impl<B: Backend> RpcServer<B> {
             listener: self.listener,
             policy: self.shared.cfg.clients.clone(),
             slots: Arc::new(Semaphore::new(self.shared.cfg.max_connections.max(1))),
+            heap: self.shared.cfg.heap.clone(),
         };
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -314,12 +319,22 @@ struct PolicedListener {
     listener: TcpListener,
     policy: NetPolicy,
     slots: Arc<Semaphore>,
+    heap: Option<weir_runtime::memory::HeapReleaser>,
 }
 
 /// A connection holding its slot until closed.
 struct SlotStream {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
+    heap: Option<weir_runtime::memory::HeapReleaser>,
+}
+
+impl Drop for SlotStream {
+    fn drop(&mut self) {
+        if let Some(h) = &self.heap {
+            h.note();
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for SlotStream {
@@ -380,6 +395,7 @@ impl axum::serve::Listener for PolicedListener {
                         SlotStream {
                             stream,
                             _slot: slot,
+                            heap: self.heap.clone(),
                         },
                         addr,
                     );
@@ -512,7 +528,11 @@ async fn route<B: Backend>(State(shared): State<Arc<Shared<B>>>, req: Request<Bo
     let path = req.uri().path();
     match path {
         "/transmission/rpc" | "/transmission/rpc/" | "/rpc" | "/rpc/" => {
-            rpc_route(shared, req).await
+            let answer = rpc_route(shared.clone(), req).await;
+            if let Some(h) = &shared.cfg.heap {
+                h.note();
+            }
+            answer
         }
         _ => web::route(req.method(), path),
     }

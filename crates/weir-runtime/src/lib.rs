@@ -12,6 +12,7 @@ pub mod ed2k;
 pub mod engine;
 pub mod linkem;
 pub mod magnet;
+pub mod memory;
 pub mod mse;
 pub mod net;
 pub mod peerconn;

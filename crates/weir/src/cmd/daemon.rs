@@ -254,6 +254,7 @@ pub(crate) fn run(ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
         };
         apply(&backend, settings).await;
         let mut rpc = RpcConfig::new(args.rpc);
+        rpc.heap = Some(weir_runtime::memory::HeapReleaser::spawn());
         if let (Some(user), Some(password)) = (args.rpc_user.clone(), args.rpc_password.clone()) {
             rpc.credentials = Some(Credentials { user, password });
             if !args.rpc.ip().is_loopback() {

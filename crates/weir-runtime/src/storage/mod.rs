@@ -194,7 +194,7 @@ impl Opened {
         let hints = self.journal.map(|name| {
             let j = Arc::new(Journal::new(self.files.dir().clone(), name));
             let app = journal::Appender::new(j.clone(), self.files.clone(), geo);
-            pool.journal(JournalMsg::Open(id, app));
+            pool.journal(JournalMsg::Open(id, Box::new(app)));
             j
         });
         let ctx = Arc::new(Ctx {

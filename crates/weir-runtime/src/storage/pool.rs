@@ -110,7 +110,9 @@ pub(super) enum WriteMsg {
 
 /// What the journal thread is told.
 pub(super) enum JournalMsg {
-    Open(u64, Appender),
+    /// Boxed: the journal thread's table holds one per open transfer, most
+    /// of them idle, and a table of boxes is 16 bytes a slot, not ~150.
+    Open(u64, Box<Appender>),
     Note(u64, Note),
     /// Flush durably and forget the transfer, then signal.
     Close(u64, Arc<Done>),
@@ -360,7 +362,7 @@ fn write_one(ctx: &Ctx, jtx: &mpsc::Sender<JournalMsg>, job: WriteJob) -> Result
 }
 
 fn journal_thread(rx: mpsc::Receiver<JournalMsg>) {
-    let mut open: HashMap<u64, Appender> = HashMap::new();
+    let mut open: HashMap<u64, Box<Appender>> = HashMap::new();
     // Transfers with verified pieces waiting, by their flush deadline.
     let mut due: BTreeMap<(Instant, u64), ()> = BTreeMap::new();
     loop {

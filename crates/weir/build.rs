@@ -13,7 +13,7 @@
 //!   loses the effect for the functions that changed; the script refreshes it.
 //! - `-z pack-relative-relocs` stores the position-independent executable's
 //!   relative relocations as DT_RELR (4 KiB instead of 386 KiB that the loader
-//!   read at every start; glibc >= 2.36).
+//!   read at every start), when the host's glibc is 2.36 or later.
 //!
 //! Both are given only where the linker is known to be LLD: rustc >= 1.90
 //! links `x86_64-unknown-linux-gnu` with its bundled LLD unless the flags
@@ -30,7 +30,23 @@ fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
     println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={dir}/link-order.txt");
     println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
-    println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    if glibc_has_relr() {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
+
+/// Whether the C library this binary is linked against (the build host's:
+/// only when building for the host) loads DT_RELR relocations: glibc 2.36
+/// and later. An older one would refuse to start the binary.
+fn glibc_has_relr() -> bool {
+    if std::env::var("HOST").ok() != std::env::var("TARGET").ok() {
+        return false;
+    }
+    let Ok(out) = Command::new("getconf").arg("GNU_LIBC_VERSION").output() else {
+        return false;
+    };
+    // "glibc 2.36"
+    second_word_version(&out.stdout) >= (2, 36)
 }
 
 /// Whether this build links with rustc's bundled LLD: the target is
@@ -52,9 +68,14 @@ fn bundled_lld() -> bool {
         return false;
     };
     // "rustc 1.95.0 (59807616e 2026-04-14)"
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut version = text.split_whitespace().nth(1).unwrap_or("").split('.');
-    let major: u32 = version.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let minor: u32 = version.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    major > 1 || (major == 1 && minor >= 90)
+    second_word_version(&out.stdout) >= (1, 90)
+}
+
+/// `(major, minor)` of the version that is the second word of `text`
+/// (`(0, 0)` when there is none).
+fn second_word_version(text: &[u8]) -> (u32, u32) {
+    let text = String::from_utf8_lossy(text);
+    let mut parts = text.split_whitespace().nth(1).unwrap_or("").split('.');
+    let mut next = || parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    (next(), next())
 }

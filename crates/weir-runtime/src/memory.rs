@@ -6,8 +6,8 @@
 //! a thousand adds is left holding the holes between the blocks it still
 //! uses, ~0.5-0.7 MiB at 1,000 idle transfers, until the next burst reuses
 //! them. [`HeapReleaser`] asks the allocator to give free pages back
-//! (`malloc_trim(0)`, which `madvise`s them away) shortly after a burst ends,
-//! once per burst, off the runtime's worker threads.
+//! (`malloc_trim(0)`, `madvise`) 50 ms after the first note of a burst (at
+//! most every 50 ms in a long one), off the runtime's worker threads.
 
 use std::time::Duration;
 

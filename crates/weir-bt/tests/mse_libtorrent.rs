@@ -43,6 +43,10 @@ enum Dial {
     Done(Crypto, usize),
     /// libtorrent closed during MSE after a secret with a leading zero.
     ShortSecret,
+    /// libtorrent closed an established, encrypted connection before the
+    /// block came (seen in 2 of 12 runs on an idle machine, its log giving
+    /// no reason): a client dials again, and so does this test.
+    Dropped(String),
 }
 
 /// [`dial_once`] with fresh keys while libtorrent's short-secret bug hits.
@@ -51,9 +55,10 @@ async fn dial_seeder(addr: SocketAddr, info_hash: [u8; 20]) -> anyhow::Result<(C
         match dial_once(addr, info_hash, 0x1234 + attempt).await? {
             Dial::Done(c, n) => return Ok((c, n)),
             Dial::ShortSecret => eprintln!("attempt {attempt}: short secret, retrying"),
+            Dial::Dropped(why) => eprintln!("attempt {attempt}: {why}, retrying"),
         }
     }
-    bail!("four short secrets in a row")
+    bail!("four attempts in a row ended without a block")
 }
 
 /// weir (initiator, `require`) against the encryption-only seeder.
@@ -111,7 +116,9 @@ async fn dial_once(addr: SocketAddr, info_hash: [u8; 20], seed: u64) -> anyhow::
     };
     loop {
         let Some(m) = c.recv(&limits).await? else {
-            bail!("libtorrent closed the connection (has_all {has_all}, unchoked {unchoked})");
+            return Ok(Dial::Dropped(format!(
+                "libtorrent closed the connection (has_all {has_all}, unchoked {unchoked})"
+            )));
         };
         match m {
             Message::HaveAll => has_all = true,
@@ -150,31 +157,38 @@ fn weir_dials_an_encryption_only_libtorrent_seeder() -> anyhow::Result<()> {
     }
     let s = setup("mse-lt-seed", SIZE)?;
     let ns = Netns::new("mse-seed")?;
-    let (mut seed, flag) = start_lt(
-        &ns,
-        &s,
-        "seed",
-        &s.data,
-        "127.0.0.1:6881".parse()?,
-        None,
-        &["--forced-enc"],
-    )?;
-    wait_flag(&mut seed, &flag, Duration::from_secs(60))?;
     let addr: SocketAddr = "127.0.0.1:6881".parse()?;
-    ns.wait_port(addr, Duration::from_secs(20))?;
     let ih = s.info_hash;
-    let r = ns.run_in(|| -> anyhow::Result<(Crypto, usize)> {
-        let rt = runtime()?;
-        rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(30), dial_seeder(addr, ih))
-                .await
-                .context("no block from libtorrent within 30 s")?
-        })
-    });
-    let (crypto, got) = r.map_err(|e| {
-        let tail = seed.log_tail(20);
-        e.context(format!("libtorrent seeder log:\n{tail}"))
-    })?;
+    // libtorrent 2.0.8's forced-RC4 seeder sometimes exits under a
+    // connection that was serving (1 run in 15-30 here; the port then
+    // refuses): a seeder that died is started again, at most three times.
+    let mut runs = 0;
+    let (crypto, got) = loop {
+        runs += 1;
+        let (mut seed, flag) = start_lt(&ns, &s, "seed", &s.data, addr, None, &["--forced-enc"])?;
+        wait_flag(&mut seed, &flag, Duration::from_secs(60))?;
+        ns.wait_port(addr, Duration::from_secs(20))?;
+        let r = ns.run_in(|| -> anyhow::Result<(Crypto, usize)> {
+            let rt = runtime()?;
+            rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), dial_seeder(addr, ih))
+                    .await
+                    .context("no block from libtorrent within 30 s")?
+            })
+        });
+        match r {
+            Ok(done) => break done,
+            Err(e) => {
+                if let (Some((status, _)), true) = (seed.try_wait()?, runs < 3) {
+                    eprintln!("libtorrent seeder exited ({status}) during run {runs}: {e:#}");
+                    std::fs::remove_file(&flag)?;
+                    continue;
+                }
+                let tail = seed.log_tail(20);
+                return Err(e.context(format!("libtorrent seeder log:\n{tail}")));
+            }
+        }
+    };
     eprintln!("weir -> libtorrent (forced rc4): {crypto:?}, block of {got} bytes verified");
     assert_eq!(crypto, Crypto::Rc4);
     assert_eq!(got, 16 * 1024);

@@ -343,7 +343,7 @@ fn launch_transmission(
   "dht-enabled": false,
   "lpd-enabled": false,
   "pex-enabled": false,
-  "utp-enabled": false,
+  "utp-enabled": {utp},
   "port-forwarding-enabled": false,
   "blocklist-enabled": false,
   "blocklist-url": "http://127.0.0.1:1/disabled",
@@ -380,6 +380,7 @@ fn launch_transmission(
         dir = s(dir)?,
         script = role == Role::Leech,
         done = s(&done)?,
+        utp = opts.utp,
     );
     std::fs::write(cfg.join("settings.json"), settings)?;
     let mut c = ns.command("transmission-daemon");

@@ -206,6 +206,9 @@ pub struct Options {
     /// `--utp-only` for uTP with TCP off both ways;
     /// transmission-daemon: its own flags, e.g. `--encryption-required`).
     pub extra_args: Vec<String>,
+    /// Transmission: uTP on (`utp-enabled`; off by default, as every other
+    /// client here runs TCP only unless a test asks).
+    pub utp: bool,
     /// Run the client's program under this one: the command line becomes
     /// `wrapper... program args...` (e.g. `valgrind --tool=callgrind
     /// ...`). libtorrent and command clients only; others refuse it. A
@@ -227,6 +230,7 @@ impl Default for Options {
             progress_every: None,
             magnet: None,
             extra_args: Vec::new(),
+            utp: false,
             wrapper: Vec::new(),
         }
     }

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use weir_bt::mse::Crypto;
 use weir_core::policy::NetPolicy;
 
 use crate::mse::MseStream;
@@ -133,6 +134,17 @@ pub(crate) enum Link {
 pub(crate) enum PeerStream {
     Tcp(MseStream<TcpStream>),
     Utp(MseStream<UtpStream>),
+}
+
+impl PeerStream {
+    /// What the connection runs over and whether RC4 encrypts it (a peer
+    /// list shows both, as other clients flag uTP and encrypted peers).
+    pub(crate) fn describe(&self) -> (Transport, Crypto) {
+        match self {
+            PeerStream::Tcp(s) => (Transport::Tcp, s.crypto()),
+            PeerStream::Utp(s) => (Transport::Utp, s.crypto()),
+        }
+    }
 }
 
 impl From<MseStream<TcpStream>> for PeerStream {

@@ -107,6 +107,14 @@ impl Driver {
             tracing::debug!("connection {conn} refused: {e}");
             return;
         }
+        if proto == Proto::Bt {
+            let (transport, crypto) = stream.describe();
+            let crypto = match crypto {
+                weir_bt::mse::Crypto::Rc4 => "RC4",
+                weir_bt::mse::Crypto::Plaintext => "plaintext",
+            };
+            tracing::debug!("connection {conn}: BitTorrent over {transport}, {crypto}");
+        }
         let limit = if proto == Proto::Ed2kServer {
             SERVER_WRITE_LIMIT
         } else {

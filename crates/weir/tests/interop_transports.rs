@@ -10,7 +10,16 @@
 //! - libtorrent leechers that only speak encrypted, or only uTP (dialling
 //!   weir's UDP socket, the BitTorrent port), download from weir;
 //! - Transmission with encryption required downloads from weir (weir
-//!   dials it: Transmission 3.00 refuses 127/8 peers a tracker hands it).
+//!   dials it: Transmission 3.00 refuses 127/8 peers a tracker hands it);
+//! - the same class against other implementations: aria2c and rtorrent
+//!   requiring encryption (RC4 only) download from weir (through
+//!   opentracker) and seed to it; Transmission's uTP (libutp, the
+//!   reference implementation, not libtorrent's) seeds to weir and
+//!   downloads from it with weir restricted to `--transports utp`.
+//!
+//! Each test reads weir's debug log for the connection it made (`BitTorrent
+//! over tcp, RC4`, `over utp`), so a transfer that fell back to plaintext
+//! or to TCP fails.
 //!
 //! Without root or the programs the tests skip, unless `CI` is set: then
 //! they fail.
@@ -21,13 +30,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use weir_lab::bt::{self, Client, CommandClient, Options};
+use weir_lab::bt::{self, Client, CommandClient, Options, Tracker};
 use weir_lab::process::Proc;
 use weir_lab::{Netns, TempDir, ci, payload};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 const SEED: &str = "127.0.0.1:6881";
 const LEECH: &str = "127.0.0.2:6882";
+const TRACKER: &str = "127.0.0.1:6969";
 /// Small: each test stays well under 30 s.
 const SIZE: u64 = 16 << 20;
 
@@ -47,8 +57,7 @@ fn ready(client: &Client) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// `dir/seed/m.bin` and a torrent of it by `weir create` (its tracker
-/// leads nowhere: peers are given by address).
+/// `dir/seed/m.bin` and a torrent of it by `weir create`.
 struct Fixture {
     dir: TempDir,
     data: PathBuf,
@@ -56,6 +65,12 @@ struct Fixture {
 }
 
 fn fixture() -> anyhow::Result<Fixture> {
+    // Its tracker leads nowhere: peers are given by address.
+    fixture_with("http://127.0.0.1:1/announce")
+}
+
+/// [`fixture`] announcing to `tracker`.
+fn fixture_with(tracker: &str) -> anyhow::Result<Fixture> {
     let dir = TempDir::new("interop-transports")?;
     let data = dir.subdir("seed")?;
     payload::write_tree(&data, &[("m.bin", SIZE)], 12)?;
@@ -66,7 +81,7 @@ fn fixture() -> anyhow::Result<Fixture> {
             .arg(data.join("m.bin"))
             .arg("-o")
             .arg(&t)
-            .args(["-t", "http://127.0.0.1:1/announce"]),
+            .args(["-t", tracker]),
         Duration::from_secs(60),
     )?;
     if !out.success() {
@@ -89,6 +104,49 @@ fn weir_seeder(extra: &[&str]) -> Client {
     CommandClient::weir_seed(&[WEIR, "--allow", "127.0.0.0/8"], &extra)
 }
 
+/// Checks that weir's log (`p`'s stderr, at debug level) shows a
+/// BitTorrent connection `what` (e.g. `over tcp, RC4`): what proves the
+/// transfer ran encrypted, or over uTP, and not over a fallback.
+fn log_shows(p: &Proc, what: &str) -> anyhow::Result<()> {
+    let path = p
+        .stderr_log()
+        .ok_or_else(|| anyhow::anyhow!("{} has no log", p.name()))?;
+    let log = std::fs::read_to_string(path)?;
+    if !log
+        .lines()
+        .any(|l| l.contains("BitTorrent over") && l.contains(what))
+    {
+        bail!(
+            "{}'s log shows no BitTorrent connection {what}:\n{}",
+            p.name(),
+            p.log_tail(30)
+        );
+    }
+    Ok(())
+}
+
+/// `weir seed` with its defaults, announcing to the torrent's tracker.
+fn weir_tracked_seeder() -> Client {
+    let seed = [
+        WEIR,
+        "--allow",
+        "127.0.0.0/8",
+        "seed",
+        "{torrent}",
+        "{dir}",
+        "--listen",
+        "{addr}",
+        "-q",
+        "--log-verbose",
+        "--log-verbose",
+    ];
+    Client::Command(CommandClient {
+        name: "weir".into(),
+        seed: seed.map(String::from).to_vec(),
+        leech: Vec::new(),
+    })
+}
+
 /// A libtorrent that speaks only one way, as its lab script names it.
 #[derive(Clone, Copy)]
 enum Only {
@@ -103,6 +161,14 @@ impl Only {
         match self {
             Only::Encrypted => "--forced-enc",
             Only::Utp => "--utp-only",
+        }
+    }
+
+    /// What weir's log shows of a connection to such a peer.
+    fn shown(self) -> &'static str {
+        match self {
+            Only::Encrypted => ", RC4",
+            Only::Utp => "over utp",
         }
     }
 
@@ -157,6 +223,7 @@ fn weir_downloads_from_libtorrent(ns_name: &str, only: Only) -> anyhow::Result<(
         only.label(),
         start.elapsed().as_secs_f64()
     );
+    log_shows(&p, only.shown())?;
     same_file(&f, &out)
 }
 
@@ -168,7 +235,13 @@ fn libtorrent_leecher_downloads_from_weir(ns_name: &str, only: Only) -> anyhow::
     }
     let ns = Netns::new(ns_name)?;
     let f = fixture()?;
-    let _seed = bt::start_seed(&ns, &weir_seeder(&[]), &f.torrent, &f.data, addr(SEED))?;
+    let seed = bt::start_seed(
+        &ns,
+        &weir_seeder(&["--log-verbose", "--log-verbose"]),
+        &f.torrent,
+        &f.data,
+        addr(SEED),
+    )?;
     let out = f.dir.subdir("lt-out")?;
     let opts = Options {
         peers: vec![SocketAddr::V4(addr(SEED))],
@@ -185,6 +258,7 @@ fn libtorrent_leecher_downloads_from_weir(ns_name: &str, only: Only) -> anyhow::
         &opts,
     )?;
     eprintln!("{} libtorrent <- weir: {:.2} s", only.label(), r.seconds);
+    log_shows(&seed, only.shown())?;
     same_file(&f, &out)
 }
 
@@ -249,7 +323,239 @@ fn transmission_with_encryption_required_downloads_from_weir() -> anyhow::Result
             "transmission (encryption required) <- weir: {:.2} s",
             r.seconds
         );
-        Ok(())
+        log_shows(&seed, ", RC4")
+    })?;
+    same_file(&f, &out)
+}
+
+/// Runs `weir get` (its defaults and `extra`) in `ns`, dialling `peer`,
+/// and checks the file.
+/// Its log must show a connection `expect` (see [`log_shows`]).
+fn weir_get(
+    ns: &Netns,
+    f: &Fixture,
+    peer: &str,
+    extra: &[&str],
+    label: &str,
+    expect: &str,
+) -> anyhow::Result<()> {
+    let out = f.dir.subdir("weir-out")?;
+    let mut cmd = ns.command(WEIR);
+    cmd.env("RUST_LOG", "info,weir_runtime=debug");
+    cmd.args(["--allow", "127.0.0.0/8", "get"])
+        .arg(&f.torrent)
+        .arg("-o")
+        .arg(&out)
+        .args(["--listen", LEECH, "--no-trackers", "-q", "--peer", peer])
+        .args(extra);
+    let start = Instant::now();
+    let mut p = Proc::spawn_logged("weir-get", &mut cmd, f.dir.path())?;
+    match p.wait_timeout(Duration::from_secs(25))? {
+        Some((st, _)) if st.success() => {}
+        Some(_) => return Err(p.failure("weir get failed")),
+        None => {
+            let _ = p.kill_tree();
+            return Err(p.failure("weir get timed out"));
+        }
+    }
+    eprintln!("weir <- {label}: {:.2} s", start.elapsed().as_secs_f64());
+    log_shows(&p, expect)?;
+    same_file(f, &out)
+}
+
+/// aria2c's flags for encrypted connections only, RC4 (no plaintext
+/// fallback either way).
+const ARIA2_CRYPTO: [&str; 2] = ["--bt-require-crypto=true", "--bt-min-crypto-level=arc4"];
+
+#[test]
+fn aria2c_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
+    if !ready(&Client::Aria2)? || !ci::require_program("opentracker")? {
+        return Ok(());
+    }
+    let ns = Netns::new("imse-a2l")?;
+    let f = fixture_with(&format!("http://{TRACKER}/announce"))?;
+    let hash = weir_lab::torrent::TorrentInfo::read(&f.torrent)?.info_hash_hex();
+    let tracker = Tracker::start(&ns, addr(TRACKER), std::slice::from_ref(&hash))?;
+    let mut seed = bt::start_seed(&ns, &weir_tracked_seeder(), &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&hash, Duration::from_secs(20))?;
+    let out = f.dir.subdir("aria2-out")?;
+    let opts = Options {
+        timeout: Duration::from_secs(25),
+        extra_args: ARIA2_CRYPTO.iter().map(|a| a.to_string()).collect(),
+        ..Options::default()
+    };
+    let r = bt::leech_with(&ns, &Client::Aria2, &f.torrent, &out, addr(LEECH), &opts)
+        .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
+    eprintln!("aria2c (encryption required) <- weir: {:.2} s", r.seconds);
+    log_shows(&seed, "over tcp, RC4")?;
+    same_file(&f, &out)
+}
+
+#[test]
+fn weir_downloads_from_aria2c_requiring_encryption() -> anyhow::Result<()> {
+    if !ready(&Client::Aria2)? {
+        return Ok(());
+    }
+    let ns = Netns::new("imse-a2s")?;
+    let f = fixture()?;
+    let opts = Options {
+        extra_args: ARIA2_CRYPTO.iter().map(|a| a.to_string()).collect(),
+        ..Options::default()
+    };
+    let _seed = bt::start_seed_with(&ns, &Client::Aria2, &f.torrent, &f.data, addr(SEED), &opts)?;
+    ns.wait_port(SocketAddr::V4(addr(SEED)), Duration::from_secs(20))?;
+    weir_get(
+        &ns,
+        &f,
+        SEED,
+        &[],
+        "aria2c (encryption required)",
+        "over tcp, RC4",
+    )
+}
+
+/// rtorrent's arguments for encrypted connections only, RC4: an rc file
+/// in `dir` imported after the lab's own.
+fn rtorrent_crypto(dir: &TempDir) -> anyhow::Result<Vec<String>> {
+    let rc = dir.path().join("encryption.rc");
+    std::fs::write(
+        &rc,
+        "protocol.encryption.set = allow_incoming,try_outgoing,require,require_RC4\n",
+    )?;
+    Ok(vec!["-o".into(), format!("import={}", rc.display())])
+}
+
+#[test]
+fn rtorrent_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
+    if !ready(&Client::Rtorrent)? || !ci::require_program("opentracker")? {
+        return Ok(());
+    }
+    let ns = Netns::new("imse-rtl")?;
+    let f = fixture_with(&format!("http://{TRACKER}/announce"))?;
+    let hash = weir_lab::torrent::TorrentInfo::read(&f.torrent)?.info_hash_hex();
+    let tracker = Tracker::start(&ns, addr(TRACKER), std::slice::from_ref(&hash))?;
+    let mut seed = bt::start_seed(&ns, &weir_tracked_seeder(), &f.torrent, &f.data, addr(SEED))?;
+    tracker.wait_seeder(&hash, Duration::from_secs(20))?;
+    let out = f.dir.subdir("rt-out")?;
+    let opts = Options {
+        timeout: Duration::from_secs(25),
+        extra_args: rtorrent_crypto(&f.dir)?,
+        ..Options::default()
+    };
+    let r = bt::leech_with(&ns, &Client::Rtorrent, &f.torrent, &out, addr(LEECH), &opts)
+        .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
+    eprintln!("rtorrent (encryption required) <- weir: {:.2} s", r.seconds);
+    log_shows(&seed, "over tcp, RC4")?;
+    same_file(&f, &out)
+}
+
+#[test]
+fn weir_downloads_from_rtorrent_requiring_encryption() -> anyhow::Result<()> {
+    if !ready(&Client::Rtorrent)? {
+        return Ok(());
+    }
+    let ns = Netns::new("imse-rts")?;
+    let f = fixture()?;
+    let opts = Options {
+        extra_args: rtorrent_crypto(&f.dir)?,
+        ..Options::default()
+    };
+    let _seed = bt::start_seed_with(
+        &ns,
+        &Client::Rtorrent,
+        &f.torrent,
+        &f.data,
+        addr(SEED),
+        &opts,
+    )?;
+    ns.wait_port(SocketAddr::V4(addr(SEED)), Duration::from_secs(20))?;
+    weir_get(
+        &ns,
+        &f,
+        SEED,
+        &[],
+        "rtorrent (encryption required)",
+        "over tcp, RC4",
+    )
+}
+
+#[test]
+fn weir_downloads_from_transmission_over_utp() -> anyhow::Result<()> {
+    if !ready(&Client::Transmission)? {
+        return Ok(());
+    }
+    let ns = Netns::new("iutp-trs")?;
+    let f = fixture()?;
+    let opts = Options {
+        utp: true,
+        ..Options::default()
+    };
+    let _seed = bt::start_seed_with(
+        &ns,
+        &Client::Transmission,
+        &f.torrent,
+        &f.data,
+        addr(SEED),
+        &opts,
+    )?;
+    // uTP only: a connection that works proves Transmission's uTP (libutp)
+    // and weir's speak to each other.
+    weir_get(
+        &ns,
+        &f,
+        SEED,
+        &["--transports", "utp"],
+        "Transmission over uTP",
+        "over utp",
+    )
+}
+
+#[test]
+fn transmission_downloads_from_weir_over_utp() -> anyhow::Result<()> {
+    if !ready(&Client::Transmission)? {
+        return Ok(());
+    }
+    let ns = Netns::new("iutp-trl")?;
+    let f = fixture()?;
+    let out = f.dir.subdir("tr-out")?;
+    let opts = Options {
+        timeout: Duration::from_secs(25),
+        utp: true,
+        ..Options::default()
+    };
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let leech = s.spawn(|| {
+            bt::leech_with(
+                &ns,
+                &Client::Transmission,
+                &f.torrent,
+                &out,
+                addr(LEECH),
+                &opts,
+            )
+        });
+        ns.wait_port(SocketAddr::V4(addr(LEECH)), Duration::from_secs(20))?;
+        // weir dials Transmission's UDP port: uTP only.
+        let mut seed = bt::start_seed(
+            &ns,
+            &weir_seeder(&[
+                "--peer",
+                LEECH,
+                "--transports",
+                "utp",
+                "--log-verbose",
+                "--log-verbose",
+            ]),
+            &f.torrent,
+            &f.data,
+            addr(SEED),
+        )?;
+        let r = leech
+            .join()
+            .map_err(|_| anyhow::anyhow!("leech thread panicked"))?
+            .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
+        eprintln!("Transmission over uTP <- weir: {:.2} s", r.seconds);
+        log_shows(&seed, "over utp")
     })?;
     same_file(&f, &out)
 }

@@ -22,6 +22,7 @@ use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 
 use super::error::OpenError;
+use super::lock::LockFile;
 
 /// How a file is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +40,9 @@ pub(crate) enum Access {
 pub(crate) struct SafeDir {
     fd: OwnedFd,
     path: PathBuf,
+    /// Its shared lock file while a transfer holds a lock (see
+    /// [`super::lock`]).
+    locks: Mutex<Option<Arc<LockFile>>>,
 }
 
 fn io_err(path: PathBuf, e: Errno) -> OpenError {
@@ -79,7 +83,29 @@ impl SafeDir {
         Ok(Self {
             fd,
             path: path.to_path_buf(),
+            locks: Mutex::new(None),
         })
+    }
+
+    /// The directory's shared lock file, opened (created) if no lock of
+    /// this process holds it open.
+    pub(crate) fn lock_file(&self) -> Result<Arc<LockFile>, OpenError> {
+        let mut slot = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = slot.as_ref() {
+            return Ok(l.clone());
+        }
+        let l = Arc::new(LockFile::open(self)?);
+        *slot = Some(l.clone());
+        Ok(l)
+    }
+
+    /// Lets `l` go (closed once its last lock is dropped): the next lock
+    /// opens the file the name leads to.
+    pub(crate) fn forget_lock_file(&self, l: &Arc<LockFile>) {
+        let mut slot = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, l)) {
+            *slot = None;
+        }
     }
 
     /// The directory `path` opened as [`SafeDir::open`] does, shared with

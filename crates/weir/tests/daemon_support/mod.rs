@@ -131,9 +131,29 @@ impl Daemon {
         name: &str,
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
+        Self::start_under(ns, &[], downloads, state, logs, name, extra)
+    }
+
+    /// [`Daemon::start`] run under `wrapper` (e.g. `prlimit --nofile=N`).
+    pub(crate) fn start_under(
+        ns: &Netns,
+        wrapper: &[&str],
+        downloads: &Path,
+        state: &Path,
+        logs: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Daemon> {
         let home = logs.join("ed2k-home");
         std::fs::create_dir_all(&home)?;
-        let mut cmd = ns.command(WEIR);
+        let mut cmd = match wrapper.split_first() {
+            None => ns.command(WEIR),
+            Some((prog, args)) => {
+                let mut c = ns.command(prog);
+                c.args(args).arg(WEIR);
+                c
+            }
+        };
         cmd.env("WEIR_ED2K_HOME", &home)
             .env_remove("WEIR_ED2K_USER_HASH")
             .env("RUST_LOG", "info")

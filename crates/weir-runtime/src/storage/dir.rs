@@ -22,7 +22,7 @@ use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 
 use super::error::OpenError;
-use super::lock::LockFile;
+use super::lock::{self, LockFile};
 
 /// How a file is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,9 +40,9 @@ pub(crate) enum Access {
 pub(crate) struct SafeDir {
     fd: OwnedFd,
     path: PathBuf,
-    /// Its shared lock file while a transfer holds a lock (see
+    /// Its shared lock files while a transfer holds a lock in them (see
     /// [`super::lock`]).
-    locks: Mutex<Option<Arc<LockFile>>>,
+    locks: Mutex<[Option<Arc<LockFile>>; lock::SHARDS]>,
 }
 
 fn io_err(path: PathBuf, e: Errno) -> OpenError {
@@ -83,28 +83,28 @@ impl SafeDir {
         Ok(Self {
             fd,
             path: path.to_path_buf(),
-            locks: Mutex::new(None),
+            locks: Mutex::new(Default::default()),
         })
     }
 
-    /// The directory's shared lock file, opened (created) if no lock of
-    /// this process holds it open.
-    pub(crate) fn lock_file(&self) -> Result<Arc<LockFile>, OpenError> {
-        let mut slot = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = slot.as_ref() {
+    /// The directory's shared lock file `shard`, opened (created) if no
+    /// lock of this process holds it open.
+    pub(crate) fn lock_file(&self, shard: usize) -> Result<Arc<LockFile>, OpenError> {
+        let mut slots = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = slots[shard].as_ref() {
             return Ok(l.clone());
         }
-        let l = Arc::new(LockFile::open(self)?);
-        *slot = Some(l.clone());
+        let l = Arc::new(LockFile::open(self, shard)?);
+        slots[shard] = Some(l.clone());
         Ok(l)
     }
 
-    /// Lets `l` go (closed once its last lock is dropped): the next lock
-    /// opens the file the name leads to.
-    pub(crate) fn forget_lock_file(&self, l: &Arc<LockFile>) {
-        let mut slot = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, l)) {
-            *slot = None;
+    /// Lets `l`, lock file `shard`, go (closed once its last lock is
+    /// dropped): the next lock opens the file the name leads to.
+    pub(crate) fn forget_lock_file(&self, shard: usize, l: &Arc<LockFile>) {
+        let mut slots = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if slots[shard].as_ref().is_some_and(|s| Arc::ptr_eq(s, l)) {
+            slots[shard] = None;
         }
     }
 

@@ -479,6 +479,8 @@ impl Session {
         if self.next_dial.is_some_and(|t| t <= now) {
             self.next_dial = None;
             self.dial_more(now);
+        } else if self.dial_asked_at.is_some_and(|t| t <= now) {
+            self.dial_those_asking(now);
         }
         self.servers_due(now);
     }
@@ -489,6 +491,7 @@ impl Session {
             self.timers.first().map(|(t, _)| *t),
             self.ed2k.poll_timeout(),
             self.next_dial,
+            self.dial_asked_at,
             self.servers_timeout(),
         ]
         .into_iter()
@@ -499,6 +502,9 @@ impl Session {
     /// Starts the dials the limits have room for, spread over the
     /// transfers in turn, and arms the next look.
     pub(crate) fn dial_more(&mut self, now: Instant) {
+        // This pass visits every transfer.
+        self.dial_asked.clear();
+        self.dial_asked_at = None;
         let mut next_due: Option<Instant> = None;
         let ids: Vec<TransferId> = self.transfers.keys().copied().collect();
         let n = ids.len();
@@ -510,69 +516,8 @@ impl Session {
         self.dial_cursor = self.dial_cursor.wrapping_add(1);
         for k in 0..n {
             let id = ids[(start + k) % n];
-            for proto in [Proto::Bt, Proto::Ed2k] {
-                let room = self
-                    .cfg
-                    .global
-                    .dial_room(&self.counts)
-                    .min(self.cfg.per_transfer.dial_room(&self.transfers[&id].counts));
-                let t = self.transfers.get_mut(&id).expect("listed");
-                if !t.running() {
-                    continue;
-                }
-                let seeking = t.complete_at.is_none();
-                let book = match proto {
-                    Proto::Bt => match t.bt.as_mut() {
-                        // Seeds wait for leechers; nothing is dialled while
-                        // the data is being checked.
-                        Some(b) if t.checked => &mut b.book,
-                        _ => continue,
-                    },
-                    _ => match t.ed2k.as_mut() {
-                        Some(e) if !t.ed2k_mismatch => &mut e.book,
-                        _ => continue,
-                    },
-                };
-                if let Some(d) = book.next_due(seeking) {
-                    next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
-                }
-                if room == 0 {
-                    continue;
-                }
-                let addrs = book.next_dials(now, room, seeking);
-                if addrs.is_empty() {
-                    // Most transfers of a big session: nothing to dial, so
-                    // no handshake is built (the preamble counts pieces).
-                    continue;
-                }
-                let hello = match (proto, &t.bt) {
-                    (Proto::Bt, Some(b)) => Hello::Bt {
-                        ours: b.torrent.handshake(),
-                        preamble: b.torrent.preamble(),
-                    },
-                    _ => Hello::Ed2k,
-                };
-                for addr in addrs {
-                    let conn = self.alloc_conn();
-                    self.conns.insert(
-                        conn,
-                        Conn {
-                            proto,
-                            addr,
-                            transfer: Some(id),
-                            stage: Stage::Dialing,
-                            outgoing: true,
-                            since: now,
-                        },
-                    );
-                    self.count(Some(id), Stage::Dialing, true);
-                    self.events.push_back(SessionEvent::Dial {
-                        conn,
-                        proto,
-                        addr,
-                        hello: hello.clone(),
-                    });
-                }
+            if let Some(d) = self.dial_transfer(id, now) {
+                next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
             }
         }
         // Callbacks: dialled once each, for no transfer in particular.
@@ -604,5 +549,103 @@ impl Session {
         // Look again when a backoff ends, or soon if room was what stopped us.
         let soon = now + self.cfg.dial_interval;
         self.next_dial = next_due.map(|d| d.max(soon));
+    }
+
+    /// A pass over only the transfers that asked for one (added, resumed,
+    /// checked, new peers): a burst of adds to a session of thousands
+    /// costs one visit each, not a walk over all of them per add. The
+    /// next full pass stays as armed, or comes sooner for a backoff these
+    /// transfers wait on.
+    pub(crate) fn dial_those_asking(&mut self, now: Instant) {
+        self.dial_asked_at = None;
+        let ids = std::mem::take(&mut self.dial_asked);
+        let mut next_due: Option<Instant> = None;
+        for id in ids {
+            if let Some(d) = self.dial_transfer(id, now) {
+                next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+            }
+        }
+        if let Some(d) = next_due {
+            let d = d.max(now + self.cfg.dial_interval);
+            self.next_dial = Some(self.next_dial.map_or(d, |x| x.min(d)));
+        }
+    }
+
+    /// Starts the dials the limits have room for on transfer `id`; when
+    /// its next peer is due (backoffs).
+    fn dial_transfer(&mut self, id: TransferId, now: Instant) -> Option<Instant> {
+        let mut next_due: Option<Instant> = None;
+        if !self.transfers.contains_key(&id) {
+            return None;
+        }
+        #[cfg(test)]
+        {
+            self.dial_visits += 1;
+        }
+        for proto in [Proto::Bt, Proto::Ed2k] {
+            let room = self
+                .cfg
+                .global
+                .dial_room(&self.counts)
+                .min(self.cfg.per_transfer.dial_room(&self.transfers[&id].counts));
+            let t = self.transfers.get_mut(&id).expect("listed");
+            if !t.running() {
+                continue;
+            }
+            let seeking = t.complete_at.is_none();
+            let book = match proto {
+                Proto::Bt => match t.bt.as_mut() {
+                    // Seeds wait for leechers; nothing is dialled while
+                    // the data is being checked.
+                    Some(b) if t.checked => &mut b.book,
+                    _ => continue,
+                },
+                _ => match t.ed2k.as_mut() {
+                    Some(e) if !t.ed2k_mismatch => &mut e.book,
+                    _ => continue,
+                },
+            };
+            if let Some(d) = book.next_due(seeking) {
+                next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+            }
+            if room == 0 {
+                continue;
+            }
+            let addrs = book.next_dials(now, room, seeking);
+            if addrs.is_empty() {
+                // Most transfers of a big session: nothing to dial, so
+                // no handshake is built (the preamble counts pieces).
+                continue;
+            }
+            let hello = match (proto, &t.bt) {
+                (Proto::Bt, Some(b)) => Hello::Bt {
+                    ours: b.torrent.handshake(),
+                    preamble: b.torrent.preamble(),
+                },
+                _ => Hello::Ed2k,
+            };
+            for addr in addrs {
+                let conn = self.alloc_conn();
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        proto,
+                        addr,
+                        transfer: Some(id),
+                        stage: Stage::Dialing,
+                        outgoing: true,
+                        since: now,
+                    },
+                );
+                self.count(Some(id), Stage::Dialing, true);
+                self.events.push_back(SessionEvent::Dial {
+                    conn,
+                    proto,
+                    addr,
+                    hello: hello.clone(),
+                });
+            }
+        }
+        next_due
     }
 }

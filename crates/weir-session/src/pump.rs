@@ -206,7 +206,7 @@ impl Session {
         if complete {
             self.on_complete(id, now);
         }
-        self.next_dial = Some(now);
+        self.ask_dial(id, now);
     }
 
     fn on_complete(&mut self, id: TransferId, now: Instant) {

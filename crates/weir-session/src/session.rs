@@ -124,6 +124,13 @@ pub struct Session {
     pub(crate) timers: BTreeSet<(Instant, TransferId)>,
     pub(crate) timer_of: BTreeMap<TransferId, Instant>,
     pub(crate) next_dial: Option<Instant>,
+    /// Transfers that asked for a dial pass of their own (see
+    /// [`Session::ask_dial`]), and since when.
+    pub(crate) dial_asked: BTreeSet<TransferId>,
+    pub(crate) dial_asked_at: Option<Instant>,
+    /// Transfers visited by dial passes (tests count the work).
+    #[cfg(test)]
+    pub(crate) dial_visits: u64,
     pub(crate) dial_cursor: u32,
     pub(crate) next_conn: ConnId,
     next_id: u32,
@@ -170,6 +177,10 @@ impl Session {
             timers: BTreeSet::new(),
             timer_of: BTreeMap::new(),
             next_dial: None,
+            dial_asked: BTreeSet::new(),
+            dial_asked_at: None,
+            #[cfg(test)]
+            dial_visits: 0,
             dial_cursor: 0,
             next_conn: 1,
             next_id: 1,
@@ -287,7 +298,7 @@ impl Session {
             }),
         );
         self.pump_bt(id, now);
-        self.next_dial = Some(now);
+        self.ask_dial(id, now);
         Ok(id)
     }
 
@@ -306,7 +317,7 @@ impl Session {
                 self.add_peers(id, Proto::Ed2k, &[p], Source::Manual, now);
             }
             self.ask_sources(now);
-            self.next_dial = Some(now);
+            self.ask_dial(id, now);
             return Ok(id);
         }
         // The client's events (DigestsKnown at once when the link has the
@@ -370,7 +381,7 @@ impl Session {
         self.pump_ed2k(now);
         self.unlend(now);
         self.ask_sources(now);
-        self.next_dial = Some(now);
+        self.ask_dial(id, now);
         Ok(id)
     }
 
@@ -443,6 +454,13 @@ impl Session {
         }
     }
 
+    /// Asks for a dial pass over transfer `id` alone, at the next
+    /// [`Session::handle_timeout`] (now).
+    pub(crate) fn ask_dial(&mut self, id: TransferId, now: Instant) {
+        self.dial_asked.insert(id);
+        self.dial_asked_at = Some(self.dial_asked_at.map_or(now, |t| t.min(now)));
+    }
+
     /// Learns peers of a transfer from a source (a tracker answer, `--peer`,
     /// later the DHT or PEX). At most one answer's worth is taken.
     pub fn add_peers(
@@ -474,7 +492,7 @@ impl Session {
             now,
         );
         if n > 0 {
-            self.next_dial = Some(now);
+            self.ask_dial(id, now);
         }
         n
     }
@@ -519,7 +537,7 @@ impl Session {
         self.now = Some(now);
         if let Some(t) = self.transfers.get_mut(&id) {
             t.run = RunState::Running;
-            self.next_dial = Some(now);
+            self.ask_dial(id, now);
         }
     }
 

@@ -645,6 +645,7 @@ fn a_newcomer_takes_the_slot_of_a_peer_idle_since_it_connected_and_only_then() {
     assert_eq!(join(&mut s, 8, later), Err(Refused::Full));
 }
 
+mod dial_pass;
 mod flood;
 
 #[test]

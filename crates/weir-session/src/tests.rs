@@ -17,19 +17,23 @@ use super::*;
 use crate::conns::EVICT_IDLE_AFTER;
 
 fn meta(tag: u8) -> Arc<Metainfo> {
-    let data = vec![tag; 100_000];
+    meta_of(format!("t{tag}"), [tag; 20], &vec![tag; 100_000])
+}
+
+/// A single-file torrent `name` of `data` in 32 KiB pieces.
+fn meta_of(name: String, info_hash: [u8; 20], data: &[u8]) -> Arc<Metainfo> {
     Arc::new(Metainfo {
         info_bytes: None,
-        info_hash: [tag; 20],
+        info_hash,
         info: Info {
-            name: format!("t{tag}"),
+            name: name.clone(),
             piece_length: 32_768,
             pieces: data
                 .chunks(32_768)
                 .map(|c| Sha1::digest(c).into())
                 .collect(),
             files: vec![FileEntry {
-                path: vec![format!("t{tag}")],
+                path: vec![name],
                 length: data.len() as u64,
                 ed2k: None,
             }],

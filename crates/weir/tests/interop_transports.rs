@@ -363,120 +363,112 @@ fn weir_get(
     same_file(f, &out)
 }
 
-/// aria2c's flags for encrypted connections only, RC4 (no plaintext
-/// fallback either way).
-const ARIA2_CRYPTO: [&str; 2] = ["--bt-require-crypto=true", "--bt-min-crypto-level=arc4"];
+/// A client set to speak only encrypted (RC4), both ways.
+#[derive(Clone, Copy)]
+enum Requiring {
+    /// aria2c `--bt-require-crypto=true --bt-min-crypto-level=arc4`.
+    Aria2,
+    /// rtorrent `protocol.encryption.set = allow_incoming,try_outgoing,
+    /// require,require_RC4` (an rc file imported after the lab's own).
+    Rtorrent,
+}
 
-#[test]
-fn aria2c_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
-    if !ready(&Client::Aria2)? || !ci::require_program("opentracker")? {
+impl Requiring {
+    fn client(self) -> Client {
+        match self {
+            Requiring::Aria2 => Client::Aria2,
+            Requiring::Rtorrent => Client::Rtorrent,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Requiring::Aria2 => "aria2c (encryption required)",
+            Requiring::Rtorrent => "rtorrent (encryption required)",
+        }
+    }
+
+    /// Its options, files it needs written in `dir`.
+    fn options(self, dir: &TempDir) -> anyhow::Result<Options> {
+        let extra_args = match self {
+            Requiring::Aria2 => ["--bt-require-crypto=true", "--bt-min-crypto-level=arc4"]
+                .map(String::from)
+                .to_vec(),
+            Requiring::Rtorrent => {
+                let rc = dir.path().join("encryption.rc");
+                std::fs::write(
+                    &rc,
+                    "protocol.encryption.set = allow_incoming,try_outgoing,require,require_RC4\n",
+                )?;
+                vec!["-o".into(), format!("import={}", rc.display())]
+            }
+        };
+        Ok(Options {
+            timeout: Duration::from_secs(25),
+            extra_args,
+            ..Options::default()
+        })
+    }
+}
+
+/// `who`, a leecher (it dials only peers a tracker gives), downloads from
+/// weir seeding with its defaults, through opentracker.
+fn leecher_requiring_encryption_downloads_from_weir(
+    ns_name: &str,
+    who: Requiring,
+) -> anyhow::Result<()> {
+    if !ready(&who.client())? || !ci::require_program("opentracker")? {
         return Ok(());
     }
-    let ns = Netns::new("imse-a2l")?;
+    let ns = Netns::new(ns_name)?;
     let f = fixture_with(&format!("http://{TRACKER}/announce"))?;
     let hash = weir_lab::torrent::TorrentInfo::read(&f.torrent)?.info_hash_hex();
     let tracker = Tracker::start(&ns, addr(TRACKER), std::slice::from_ref(&hash))?;
     let mut seed = bt::start_seed(&ns, &weir_tracked_seeder(), &f.torrent, &f.data, addr(SEED))?;
     tracker.wait_seeder(&hash, Duration::from_secs(20))?;
-    let out = f.dir.subdir("aria2-out")?;
-    let opts = Options {
-        timeout: Duration::from_secs(25),
-        extra_args: ARIA2_CRYPTO.iter().map(|a| a.to_string()).collect(),
-        ..Options::default()
-    };
-    let r = bt::leech_with(&ns, &Client::Aria2, &f.torrent, &out, addr(LEECH), &opts)
+    let out = f.dir.subdir("leech-out")?;
+    let opts = who.options(&f.dir)?;
+    let r = bt::leech_with(&ns, &who.client(), &f.torrent, &out, addr(LEECH), &opts)
         .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
-    eprintln!("aria2c (encryption required) <- weir: {:.2} s", r.seconds);
+    eprintln!("{} <- weir: {:.2} s", who.label(), r.seconds);
     log_shows(&seed, "over tcp, RC4")?;
     same_file(&f, &out)
+}
+
+/// weir, with its defaults, dials `who` seeding and downloads from it.
+fn weir_downloads_from_a_seeder_requiring_encryption(
+    ns_name: &str,
+    who: Requiring,
+) -> anyhow::Result<()> {
+    if !ready(&who.client())? {
+        return Ok(());
+    }
+    let ns = Netns::new(ns_name)?;
+    let f = fixture()?;
+    let opts = who.options(&f.dir)?;
+    let _seed = bt::start_seed_with(&ns, &who.client(), &f.torrent, &f.data, addr(SEED), &opts)?;
+    ns.wait_port(SocketAddr::V4(addr(SEED)), Duration::from_secs(20))?;
+    weir_get(&ns, &f, SEED, &[], who.label(), "over tcp, RC4")
+}
+
+#[test]
+fn aria2c_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
+    leecher_requiring_encryption_downloads_from_weir("imse-a2l", Requiring::Aria2)
 }
 
 #[test]
 fn weir_downloads_from_aria2c_requiring_encryption() -> anyhow::Result<()> {
-    if !ready(&Client::Aria2)? {
-        return Ok(());
-    }
-    let ns = Netns::new("imse-a2s")?;
-    let f = fixture()?;
-    let opts = Options {
-        extra_args: ARIA2_CRYPTO.iter().map(|a| a.to_string()).collect(),
-        ..Options::default()
-    };
-    let _seed = bt::start_seed_with(&ns, &Client::Aria2, &f.torrent, &f.data, addr(SEED), &opts)?;
-    ns.wait_port(SocketAddr::V4(addr(SEED)), Duration::from_secs(20))?;
-    weir_get(
-        &ns,
-        &f,
-        SEED,
-        &[],
-        "aria2c (encryption required)",
-        "over tcp, RC4",
-    )
-}
-
-/// rtorrent's arguments for encrypted connections only, RC4: an rc file
-/// in `dir` imported after the lab's own.
-fn rtorrent_crypto(dir: &TempDir) -> anyhow::Result<Vec<String>> {
-    let rc = dir.path().join("encryption.rc");
-    std::fs::write(
-        &rc,
-        "protocol.encryption.set = allow_incoming,try_outgoing,require,require_RC4\n",
-    )?;
-    Ok(vec!["-o".into(), format!("import={}", rc.display())])
+    weir_downloads_from_a_seeder_requiring_encryption("imse-a2s", Requiring::Aria2)
 }
 
 #[test]
 fn rtorrent_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
-    if !ready(&Client::Rtorrent)? || !ci::require_program("opentracker")? {
-        return Ok(());
-    }
-    let ns = Netns::new("imse-rtl")?;
-    let f = fixture_with(&format!("http://{TRACKER}/announce"))?;
-    let hash = weir_lab::torrent::TorrentInfo::read(&f.torrent)?.info_hash_hex();
-    let tracker = Tracker::start(&ns, addr(TRACKER), std::slice::from_ref(&hash))?;
-    let mut seed = bt::start_seed(&ns, &weir_tracked_seeder(), &f.torrent, &f.data, addr(SEED))?;
-    tracker.wait_seeder(&hash, Duration::from_secs(20))?;
-    let out = f.dir.subdir("rt-out")?;
-    let opts = Options {
-        timeout: Duration::from_secs(25),
-        extra_args: rtorrent_crypto(&f.dir)?,
-        ..Options::default()
-    };
-    let r = bt::leech_with(&ns, &Client::Rtorrent, &f.torrent, &out, addr(LEECH), &opts)
-        .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
-    eprintln!("rtorrent (encryption required) <- weir: {:.2} s", r.seconds);
-    log_shows(&seed, "over tcp, RC4")?;
-    same_file(&f, &out)
+    leecher_requiring_encryption_downloads_from_weir("imse-rtl", Requiring::Rtorrent)
 }
 
 #[test]
 fn weir_downloads_from_rtorrent_requiring_encryption() -> anyhow::Result<()> {
-    if !ready(&Client::Rtorrent)? {
-        return Ok(());
-    }
-    let ns = Netns::new("imse-rts")?;
-    let f = fixture()?;
-    let opts = Options {
-        extra_args: rtorrent_crypto(&f.dir)?,
-        ..Options::default()
-    };
-    let _seed = bt::start_seed_with(
-        &ns,
-        &Client::Rtorrent,
-        &f.torrent,
-        &f.data,
-        addr(SEED),
-        &opts,
-    )?;
-    ns.wait_port(SocketAddr::V4(addr(SEED)), Duration::from_secs(20))?;
-    weir_get(
-        &ns,
-        &f,
-        SEED,
-        &[],
-        "rtorrent (encryption required)",
-        "over tcp, RC4",
-    )
+    weir_downloads_from_a_seeder_requiring_encryption("imse-rts", Requiring::Rtorrent)
 }
 
 #[test]

@@ -7,31 +7,9 @@ use super::*;
 
 /// A distinct one-piece torrent for each `i`.
 fn meta_n(i: u32) -> Arc<Metainfo> {
-    let data = i.to_le_bytes().repeat(1000);
-    let mut hash = [0u8; 20];
+    let mut hash = [0xd1; 20];
     hash[..4].copy_from_slice(&i.to_le_bytes());
-    hash[4] = 0xd1;
-    Arc::new(Metainfo {
-        info_bytes: None,
-        info_hash: hash,
-        info: Info {
-            name: format!("n{i}"),
-            piece_length: 32_768,
-            pieces: vec![Sha1::digest(&data).into()],
-            files: vec![FileEntry {
-                path: vec![format!("n{i}")],
-                length: data.len() as u64,
-                ed2k: None,
-            }],
-            private: false,
-            single_file: true,
-        },
-        announce: None,
-        announce_list: vec![],
-        comment: None,
-        created_by: None,
-        creation_date: None,
-    })
+    meta_of(format!("n{i}"), hash, &i.to_le_bytes().repeat(1000))
 }
 
 /// Adds and checks (nothing on disk) transfer `i`, then runs the timers as
@@ -45,7 +23,7 @@ fn add_checked(s: &mut Session, i: u32, now: Instant) -> TransferId {
 #[test]
 fn a_burst_of_adds_visits_each_transfer_once() {
     const N: u32 = 400;
-    let now = Instant::now();
+    let now = Instant::now(); // test-epoch
     let mut s = session();
     for i in 0..N {
         add_checked(&mut s, i, now);
@@ -61,7 +39,7 @@ fn a_burst_of_adds_visits_each_transfer_once() {
 
 #[test]
 fn a_transfer_asking_among_many_is_dialled_at_once() {
-    let now = Instant::now();
+    let now = Instant::now(); // test-epoch
     let mut s = session();
     let ids: Vec<TransferId> = (0..300).map(|i| add_checked(&mut s, i, now)).collect();
     let before = s.dial_visits;

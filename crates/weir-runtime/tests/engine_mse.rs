@@ -288,3 +288,66 @@ async fn a_slow_sender_is_timed_out_and_counted() {
     .await
     .unwrap();
 }
+
+/// The seeder's peer list says which peers are encrypted (and that they
+/// came over TCP, and to it): an MSE peer, then a plaintext one, each
+/// connected from a codec-level client that completes the handshakes and
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_list_shows_which_peers_are_encrypted() {
+    use tokio::io::AsyncReadExt;
+    use weir_bt::wire::Handshake;
+    tokio::time::timeout(LIMIT, async {
+        let src = tmp("mse-link-src");
+        let meta = torrent(&src, 1 << 20);
+        let (seed, id) = seeder(meta.clone(), &src, with(Encryption::Prefer)).await;
+        let addr = seed.bt_addr.unwrap();
+        let mut rng = fastrand::Rng::with_seed(9);
+        for encrypted in [true, false] {
+            let mut ours = BytesMut::new();
+            Handshake::new(meta.info_hash, [u8::from(encrypted) + 1; 20]).encode(&mut ours);
+            let s = TcpStream::connect(addr).await.unwrap();
+            let mut theirs = [0u8; Handshake::LEN];
+            // Held until the peer list is read.
+            let _conn: Box<dyn std::any::Any + Send> = if encrypted {
+                let mut m = weir_runtime::mse::initiate(
+                    s,
+                    MseConfig::new(Encryption::Require),
+                    meta.info_hash,
+                    &ours,
+                    &mut rng,
+                )
+                .await
+                .unwrap();
+                m.read_exact(&mut theirs).await.unwrap();
+                Box::new(m)
+            } else {
+                let mut s = s;
+                s.write_all(&ours).await.unwrap();
+                s.read_exact(&mut theirs).await.unwrap();
+                Box::new(s)
+            };
+            progress_until(&seed, Duration::from_secs(10), "the peer listed", |s| {
+                info(s, id).is_some_and(|t| t.peers == 1)
+            })
+            .await;
+            let peers = seed.handle().bt_peers(id).await;
+            assert_eq!(peers.len(), 1);
+            let p = &peers[0];
+            assert_eq!(
+                (p.link.encrypted, p.link.utp, p.incoming),
+                (encrypted, false, true),
+                "{:?}",
+                p.link
+            );
+            drop(_conn);
+            progress_until(&seed, Duration::from_secs(10), "the peer gone", |s| {
+                info(s, id).is_some_and(|t| t.peers == 0)
+            })
+            .await;
+        }
+        stop(seed).await;
+    })
+    .await
+    .unwrap();
+}

@@ -16,7 +16,7 @@ use crate::session::{Conn, Session, Stage};
 /// connected gives its slot to a newcomer when the slots are full (long
 /// enough for an honest peer's bitfield, interest and first unchoke).
 pub(crate) const EVICT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
-use crate::types::{ConnId, Established, Hello, Proto, Refused, SessionEvent, TransferId};
+use crate::types::{ConnId, Established, Hello, Link, Proto, Refused, SessionEvent, TransferId};
 
 impl Session {
     fn alloc_conn(&mut self) -> ConnId {
@@ -101,6 +101,7 @@ impl Session {
                 stage: Stage::Handshaking,
                 outgoing: false,
                 since: now,
+                link: Link::default(),
             },
         );
         self.count(None, Stage::Handshaking, true);
@@ -536,6 +537,7 @@ impl Session {
                     stage: Stage::Dialing,
                     outgoing: true,
                     since: now,
+                    link: Link::default(),
                 },
             );
             self.count(None, Stage::Dialing, true);
@@ -635,6 +637,7 @@ impl Session {
                         stage: Stage::Dialing,
                         outgoing: true,
                         since: now,
+                        link: Link::default(),
                     },
                 );
                 self.count(Some(id), Stage::Dialing, true);

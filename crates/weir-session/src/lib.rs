@@ -43,8 +43,8 @@ pub use config::SessionConfig;
 pub use session::{AddEd2k, AddTorrent, BtPeer, Session};
 pub use transfer::{Phase, RunState, TransferInfo};
 pub use types::{
-    AddError, ConnId, Established, Hello, LogLevel, Proto, Refused, SessionEvent, TransferEvent,
-    TransferId,
+    AddError, ConnId, Established, Hello, Link, LogLevel, Proto, Refused, SessionEvent,
+    TransferEvent, TransferId,
 };
 pub use weir_core::close::{BanReason, CloseReason};
 pub use weir_core::peers::Source;

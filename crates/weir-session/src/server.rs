@@ -9,7 +9,7 @@ use weir_ed2k::packet::Packet;
 use weir_ed2k::server::{ServerSession, SessionEvent as ServerEvent, SharedInfo};
 
 use crate::session::Session;
-use crate::types::{ConnId, Hello, LogLevel, Proto, SessionEvent};
+use crate::types::{ConnId, Hello, Link, LogLevel, Proto, SessionEvent};
 
 /// One configured server.
 #[derive(Debug)]
@@ -68,6 +68,7 @@ impl Session {
                 stage: crate::session::Stage::Dialing,
                 outgoing: true,
                 since: now,
+                link: Link::default(),
             },
         );
         self.events.push_back(SessionEvent::Dial {

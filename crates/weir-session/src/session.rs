@@ -19,7 +19,9 @@ use weir_ed2k::transfer::{Client, ClientConfig, FileId};
 use crate::config::SessionConfig;
 use crate::server::Server;
 use crate::transfer::{BtSide, Ed2kSide, RunState, Transfer, TransferInfo, Transfers};
-use crate::types::{AddError, ConnId, LogLevel, Proto, SessionEvent, TransferEvent, TransferId};
+use crate::types::{
+    AddError, ConnId, Link, LogLevel, Proto, SessionEvent, TransferEvent, TransferId,
+};
 
 /// Where a connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +45,8 @@ pub(crate) struct Conn {
     pub(crate) stage: Stage,
     pub(crate) outgoing: bool,
     pub(crate) since: Instant,
+    /// Transport and encryption, once the runtime says.
+    pub(crate) link: Link,
 }
 
 /// Options of a torrent added to the session.
@@ -100,6 +104,8 @@ pub struct BtPeer {
     pub stats: weir_bt::torrent::PeerStats,
     /// It connected to us.
     pub incoming: bool,
+    /// What the connection runs over.
+    pub link: Link,
 }
 
 /// Every transfer of every protocol, sans-IO. See the crate docs.
@@ -704,11 +710,23 @@ impl Session {
         b.torrent
             .peer_stats(now)
             .into_iter()
-            .map(|stats| BtPeer {
-                incoming: self.conns.get(&stats.conn).is_some_and(|c| !c.outgoing),
-                stats,
+            .map(|stats| {
+                let c = self.conns.get(&stats.conn);
+                BtPeer {
+                    incoming: c.is_some_and(|c| !c.outgoing),
+                    link: c.map(|c| c.link).unwrap_or_default(),
+                    stats,
+                }
             })
             .collect()
+    }
+
+    /// Records what connection `conn` runs over (see [`Link`]); a
+    /// connection the session does not know is ignored.
+    pub fn set_link(&mut self, conn: ConnId, link: Link) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.link = link;
+        }
     }
 
     /// Connections by stage over the whole session.

@@ -80,6 +80,17 @@ pub enum Established {
     Ed2kServer,
 }
 
+/// What a connection runs over, as the runtime reports it after the
+/// handshake ([`crate::Session::set_link`]): shown per peer (Transmission's
+/// `isUTP`, `isEncrypted`, flags `T` and `E`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// uTP, not TCP.
+    pub utp: bool,
+    /// RC4 (MSE) after the handshake, not plaintext.
+    pub encrypted: bool,
+}
+
 /// Why an incoming connection or a handshake was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {

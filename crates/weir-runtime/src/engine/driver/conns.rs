@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use weir_bt::wire::Limits as BtLimits;
 use weir_session::{ConnId, Established, Proto};
 
-use crate::engine::transport::PeerStream;
+use crate::engine::transport::{PeerStream, Transport};
 use crate::engine::wire::{BtDecoder, Ed2kDecoder, Wire, WireError};
 use crate::peerconn::{self, ConnEvent, WriteQueue};
 
@@ -109,10 +109,12 @@ impl Driver {
         }
         if proto == Proto::Bt {
             let (transport, crypto) = stream.describe();
-            let crypto = match crypto {
-                weir_bt::mse::Crypto::Rc4 => "RC4",
-                weir_bt::mse::Crypto::Plaintext => "plaintext",
+            let link = weir_session::Link {
+                utp: transport == Transport::Utp,
+                encrypted: crypto == weir_bt::mse::Crypto::Rc4,
             };
+            self.session.set_link(conn, link);
+            let crypto = if link.encrypted { "RC4" } else { "plaintext" };
             tracing::debug!("connection {conn}: BitTorrent over {transport}, {crypto}");
         }
         let limit = if proto == Proto::Ed2kServer {

@@ -73,6 +73,17 @@ fn add_meta(
     wanted: Option<Bitfield>,
     now: Instant,
 ) -> TransferId {
+    add_with_peers(s, m, wanted, vec![], now)
+}
+
+/// [`add_meta`] with `peers` to dial.
+fn add_with_peers(
+    s: &mut Session,
+    m: Arc<Metainfo>,
+    wanted: Option<Bitfield>,
+    peers: Vec<SocketAddr>,
+    now: Instant,
+) -> TransferId {
     let n = m.info.piece_count();
     s.add_torrent(
         AddTorrent {
@@ -80,7 +91,7 @@ fn add_meta(
             had: Bitfield::new(n),
             check: Bitfield::new(n),
             partial: Vec::new(),
-            peers: vec![],
+            peers,
             paused: false,
             seed: false,
             download: true,

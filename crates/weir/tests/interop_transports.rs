@@ -282,19 +282,30 @@ fn a_utp_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
     libtorrent_leecher_downloads_from_weir("iutp-ltl", Only::Utp)
 }
 
-#[test]
-fn transmission_with_encryption_required_downloads_from_weir() -> anyhow::Result<()> {
+/// Transmission 3.00 (`opts`) downloads from weir seeding with its defaults
+/// and `weir_extra` (weir dials it: Transmission refuses 127/8 peers a
+/// tracker hands it); weir's log must show a connection `expect`.
+fn transmission_downloads_from_weir(
+    ns_name: &str,
+    opts: Options,
+    weir_extra: &[&str],
+    label: &str,
+    expect: &str,
+) -> anyhow::Result<()> {
     if !ready(&Client::Transmission)? {
         return Ok(());
     }
-    let ns = Netns::new("imse-tr")?;
+    let ns = Netns::new(ns_name)?;
     let f = fixture()?;
     let out = f.dir.subdir("tr-out")?;
     let opts = Options {
         timeout: Duration::from_secs(25),
-        extra_args: vec!["--encryption-required".into()],
-        ..Options::default()
+        ..opts
     };
+    let weir_args: Vec<&str> = ["--peer", LEECH, "--log-verbose", "--log-verbose"]
+        .into_iter()
+        .chain(weir_extra.iter().copied())
+        .collect();
     std::thread::scope(|s| -> anyhow::Result<()> {
         let leech = s.spawn(|| {
             bt::leech_with(
@@ -310,7 +321,7 @@ fn transmission_with_encryption_required_downloads_from_weir() -> anyhow::Result
         ns.wait_port(SocketAddr::V4(addr(LEECH)), Duration::from_secs(20))?;
         let mut seed = bt::start_seed(
             &ns,
-            &weir_seeder(&["--peer", LEECH, "--log-verbose", "--log-verbose"]),
+            &weir_seeder(&weir_args),
             &f.torrent,
             &f.data,
             addr(SEED),
@@ -319,13 +330,25 @@ fn transmission_with_encryption_required_downloads_from_weir() -> anyhow::Result
             .join()
             .map_err(|_| anyhow::anyhow!("leech thread panicked"))?
             .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
-        eprintln!(
-            "transmission (encryption required) <- weir: {:.2} s",
-            r.seconds
-        );
-        log_shows(&seed, ", RC4")
+        eprintln!("{label} <- weir: {:.2} s", r.seconds);
+        log_shows(&seed, expect)
     })?;
     same_file(&f, &out)
+}
+
+#[test]
+fn transmission_with_encryption_required_downloads_from_weir() -> anyhow::Result<()> {
+    let opts = Options {
+        extra_args: vec!["--encryption-required".into()],
+        ..Options::default()
+    };
+    transmission_downloads_from_weir(
+        "imse-tr",
+        opts,
+        &[],
+        "Transmission (encryption required)",
+        ", RC4",
+    )
 }
 
 /// Runs `weir get` (its defaults and `extra`) in `ns`, dialling `peer`,
@@ -504,50 +527,16 @@ fn weir_downloads_from_transmission_over_utp() -> anyhow::Result<()> {
 
 #[test]
 fn transmission_downloads_from_weir_over_utp() -> anyhow::Result<()> {
-    if !ready(&Client::Transmission)? {
-        return Ok(());
-    }
-    let ns = Netns::new("iutp-trl")?;
-    let f = fixture()?;
-    let out = f.dir.subdir("tr-out")?;
     let opts = Options {
-        timeout: Duration::from_secs(25),
         utp: true,
         ..Options::default()
     };
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let leech = s.spawn(|| {
-            bt::leech_with(
-                &ns,
-                &Client::Transmission,
-                &f.torrent,
-                &out,
-                addr(LEECH),
-                &opts,
-            )
-        });
-        ns.wait_port(SocketAddr::V4(addr(LEECH)), Duration::from_secs(20))?;
-        // weir dials Transmission's UDP port: uTP only.
-        let mut seed = bt::start_seed(
-            &ns,
-            &weir_seeder(&[
-                "--peer",
-                LEECH,
-                "--transports",
-                "utp",
-                "--log-verbose",
-                "--log-verbose",
-            ]),
-            &f.torrent,
-            &f.data,
-            addr(SEED),
-        )?;
-        let r = leech
-            .join()
-            .map_err(|_| anyhow::anyhow!("leech thread panicked"))?
-            .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
-        eprintln!("Transmission over uTP <- weir: {:.2} s", r.seconds);
-        log_shows(&seed, "over utp")
-    })?;
-    same_file(&f, &out)
+    // weir dials Transmission's UDP port: uTP only.
+    transmission_downloads_from_weir(
+        "iutp-trl",
+        opts,
+        &["--transports", "utp"],
+        "Transmission over uTP",
+        "over utp",
+    )
 }

@@ -63,24 +63,7 @@ fn a_transfer_asking_among_many_is_dialled_at_once() {
     assert_eq!(got, vec![peer(1), peer(2)]);
     assert_eq!(s.dial_visits - before, 1);
     // A transfer added with a peer is dialled the same way.
-    let m = meta_n(1000);
-    let n = m.info.piece_count();
-    s.add_torrent(
-        AddTorrent {
-            meta: m,
-            had: Bitfield::new(n),
-            check: Bitfield::new(n),
-            partial: Vec::new(),
-            peers: vec![peer(3)],
-            paused: false,
-            seed: false,
-            download: true,
-            wanted: None,
-            priorities: None,
-        },
-        later,
-    )
-    .unwrap();
+    add_with_peers(&mut s, meta_n(1000), None, vec![peer(3)], later);
     s.handle_timeout(later);
     assert_eq!(
         dials(&mut s)

@@ -130,20 +130,43 @@ impl TokenBucket {
 /// returns the amount every one of them granted, refunding the excess to
 /// those that granted more. Unlimited buckets in the chain cost nothing.
 pub fn reserve_chain(chain: &[&TokenBucket], want: u64) -> u64 {
+    reserve_chain_or_refuser(chain, want).unwrap_or(0)
+}
+
+/// [`reserve_chain`], saying which bucket granted nothing when the chain
+/// grants nothing: `Err(i)` for `chain[i]`, the first empty one met (always
+/// a capped one, since an unlimited bucket grants whatever is asked). A
+/// task that must wait for tokens waits for that bucket's refill: any
+/// other may never refill (an unlimited one has no ticker) or not be what
+/// stops it. `Ok(0)` only for `want == 0`.
+pub fn reserve_chain_or_refuser(chain: &[&TokenBucket], want: u64) -> Result<u64, usize> {
     let mut granted = want;
-    let mut taken = Vec::with_capacity(chain.len());
-    for b in chain {
-        let g = b.reserve(granted);
-        taken.push(g);
-        granted = granted.min(g);
+    let mut refuser = None;
+    // What each bucket granted, on the stack for the chains weir builds (a
+    // transfer's bucket, then the global one), not allocated per read.
+    let mut stack = [0u64; 4];
+    let mut heap;
+    let taken: &mut [u64] = if chain.len() <= stack.len() {
+        &mut stack[..chain.len()]
+    } else {
+        heap = vec![0u64; chain.len()];
+        &mut heap
+    };
+    for (i, b) in chain.iter().enumerate() {
+        taken[i] = b.reserve(granted);
+        granted = granted.min(taken[i]);
         if granted == 0 {
+            refuser = Some(i);
             break;
         }
     }
-    for (b, t) in chain.iter().zip(&taken) {
+    for (b, t) in chain.iter().zip(taken.iter()) {
         b.refund(t - granted.min(*t));
     }
-    granted
+    match refuser {
+        Some(i) if want > 0 => Err(i),
+        _ => Ok(granted),
+    }
 }
 
 /// Refunds `unused` bytes to every bucket of a chain.
@@ -239,6 +262,76 @@ mod tests {
         assert_eq!(per.available(), 0);
         let unlimited = TokenBucket::unlimited();
         assert_eq!(reserve_chain(&[&unlimited, &global], 4_000), 4_000);
+    }
+
+    #[test]
+    fn an_empty_chain_names_the_bucket_that_refused() {
+        let unlimited = TokenBucket::unlimited();
+        let global = TokenBucket::new(1_000_000);
+        let per = TokenBucket::new(1_000_000);
+        // The global bucket empty: it refused, whatever comes before it.
+        assert_eq!(reserve_chain_or_refuser(&[&unlimited, &global], 1), Err(1));
+        per.refill(TICK);
+        assert_eq!(reserve_chain_or_refuser(&[&per, &global], 500), Err(1));
+        // What the first granted went back.
+        assert_eq!(per.available(), 10_000);
+        global.refill(TICK);
+        assert_eq!(
+            reserve_chain_or_refuser(&[&unlimited, &global], 4_000),
+            Ok(4_000)
+        );
+        while per.reserve(1 << 30) > 0 {}
+        assert_eq!(reserve_chain_or_refuser(&[&per, &global], 500), Err(0));
+        assert_eq!(global.available(), 6_000);
+        assert_eq!(reserve_chain_or_refuser(&[&per, &global], 0), Ok(0));
+    }
+
+    proptest::proptest! {
+        /// Whatever the buckets hold, a chain grants the least any grants
+        /// (up to the ask), takes exactly that from each, and names an
+        /// empty capped bucket exactly when it grants nothing.
+        #[test]
+        fn a_chain_takes_the_same_from_every_bucket(
+            holds in proptest::collection::vec(proptest::option::of(0u64..50_000), 1..5),
+            want in 1u64..60_000,
+        ) {
+            let buckets: Vec<TokenBucket> = holds
+                .iter()
+                .map(|h| match h {
+                    None => TokenBucket::unlimited(),
+                    Some(n) => {
+                        let b = TokenBucket::new(1_000_000_000);
+                        b.refill(TICK);
+                        while b.reserve(1 << 40) > 0 {}
+                        b.refund(*n);
+                        b
+                    }
+                })
+                .collect();
+            let refs: Vec<&TokenBucket> = buckets.iter().collect();
+            let least = holds.iter().flatten().copied().min().unwrap_or(u64::MAX).min(want);
+            match reserve_chain_or_refuser(&refs, want) {
+                Ok(g) => {
+                    proptest::prop_assert_eq!(g, least);
+                    proptest::prop_assert!(g > 0);
+                    for (b, h) in buckets.iter().zip(&holds) {
+                        if let Some(n) = h {
+                            proptest::prop_assert_eq!(b.available() as u64, n - g);
+                        }
+                    }
+                }
+                Err(i) => {
+                    proptest::prop_assert_eq!(least, 0);
+                    proptest::prop_assert_eq!(holds[i], Some(0));
+                    proptest::prop_assert!(holds[..i].iter().all(|h| *h != Some(0)));
+                    for (b, h) in buckets.iter().zip(&holds) {
+                        if let Some(n) = h {
+                            proptest::prop_assert_eq!(b.available() as u64, *n);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use weir_core::bucket::{TokenBucket, refund_chain, reserve_chain};
+use weir_core::bucket::{TokenBucket, refund_chain, reserve_chain_or_refuser};
 
 /// How often buckets are refilled. Short, so a capped transfer is smooth;
 /// the 2x carry-over absorbs scheduling jitter.
@@ -175,24 +175,40 @@ impl Limiter {
         if want == 0 || self.is_unlimited() {
             return want;
         }
+        let refs: Vec<&TokenBucket> = self.chain.iter().map(|b| &b.bucket).collect();
         loop {
-            let refs: Vec<&TokenBucket> = self.chain.iter().map(|b| &b.bucket).collect();
+            let Some(waiter) = self.waiter() else {
+                // Every bucket made unlimited meanwhile.
+                return want;
+            };
             // Register for the wake-up before trying, so a refill between the
             // try and the wait is not missed.
-            let waiter = self
-                .chain
-                .iter()
-                .find(|b| !b.bucket.is_unlimited() && b.bucket.available() <= 0)
-                .unwrap_or(&self.chain[0]);
             let notified = waiter.refilled.notified();
-            let g = reserve_chain(&refs, want as u64);
-            if g > 0 {
-                return g as usize;
+            match reserve_chain_or_refuser(&refs, want as u64) {
+                Ok(g) => return g as usize,
+                Err(i) if std::ptr::eq(&*self.chain[i], &**waiter) => {
+                    // Its refill task may be parked on what was a full
+                    // bucket.
+                    waiter.wanted.notify_one();
+                    notified.await;
+                }
+                // Another bucket than the one registered with refused (it
+                // was emptied between the choice and the try): waiting here
+                // could be for a bucket that never refills. Choose again.
+                Err(_) => tokio::task::yield_now().await,
             }
-            // Its refill task may be parked on what was a full bucket.
-            waiter.wanted.notify_one();
-            notified.await;
         }
+    }
+
+    /// The bucket to wait on when tokens run out: the first capped one
+    /// that is empty, else the first capped one; `None` when none is
+    /// capped. Never an unlimited bucket: nothing refills those, and a
+    /// reader that waited on its transfer's uncapped bucket while another
+    /// reader emptied the global one slept forever.
+    fn waiter(&self) -> Option<&Arc<SharedBucket>> {
+        let mut capped = self.chain.iter().filter(|b| !b.bucket.is_unlimited());
+        let first = capped.clone().next();
+        capped.find(|b| b.bucket.available() <= 0).or(first)
     }
 
     /// Returns bytes acquired but not used.
@@ -331,6 +347,77 @@ mod tests {
         drop((b, lim));
         run_for(5).await;
         assert!(weak.upgrade().is_none());
+    }
+
+    /// Readers whose chains start with their transfer's own bucket,
+    /// uncapped, and share one capped bucket (a global cap with
+    /// connections of several transfers) are all served once tokens come.
+    /// A reader that saw the shared bucket holding tokens, lost them to
+    /// another before its own reserve, and then waited on its uncapped
+    /// first bucket (which no ticker refills) slept forever: a `weir get`
+    /// of a torrent and an eD2k link under `--max-down` stalled with 328 KB
+    /// unread in one connection's socket. Here a thread takes every token
+    /// the moment it appears and hands single bytes back (as readers refund
+    /// what a short read did not use) for a while, so that loss happens to
+    /// readers again and again, then stops: every reader must then finish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_that_lose_a_shared_caps_tokens_wake_at_its_next_refill() {
+        let shared = bucket(5_000_000);
+        let global = Limiter::new(vec![shared.clone()]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thief = std::thread::spawn({
+            let (shared, stop) = (shared.clone(), stop.clone());
+            move || {
+                // Takes all, then hands one byte back as a reader that read
+                // less than it asked does: the bucket flickers between
+                // holding a token and none.
+                while !stop.load(Ordering::Acquire) {
+                    shared.bucket.reserve(1 << 30);
+                    shared.bucket.refund(1);
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                let lim = global.with(bucket(0));
+                tokio::spawn(async move {
+                    let mut got = 0usize;
+                    while got < 100_000 {
+                        got += lim.acquire(16 * 1024).await;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+        stop.store(true, Ordering::Release);
+        thief.join().unwrap();
+        let all = async {
+            for r in readers {
+                r.await.unwrap();
+            }
+        };
+        let done = tokio::time::timeout(std::time::Duration::from_secs(10), all).await;
+        assert!(
+            done.is_ok(),
+            "a reader slept through the shared cap's refills"
+        );
+    }
+
+    /// The bucket a reader waits on is one that refills: never an uncapped
+    /// one, whatever the tokens the capped ones hold.
+    #[tokio::test]
+    async fn the_bucket_waited_on_is_capped() {
+        let own = bucket(0);
+        let shared = bucket(1_000_000);
+        shared.bucket.refill(TICK);
+        let lim = Limiter::new(vec![shared.clone()]).with(own);
+        let w = lim.waiter().expect("a capped bucket");
+        assert!(Arc::ptr_eq(w, &shared));
+        // Empty, it is still the one.
+        while shared.bucket.reserve(1 << 30) > 0 {}
+        assert!(Arc::ptr_eq(lim.waiter().unwrap(), &shared));
+        assert!(Limiter::new(vec![bucket(0)]).waiter().is_none());
     }
 
     #[tokio::test]

@@ -336,6 +336,14 @@ impl Session {
                 b.disconnected(c.addr, now);
             }
         }
+        // A slot is free and the peer waits out its reconnect delay: a
+        // pass at the next timeout dials in the slot and arms the redial.
+        // The runtime's `closed` passes at once anyway; a connection the
+        // session closed itself (idle, evicted, a protocol error) gets no
+        // `closed` back, and without this the peer was never dialled again
+        // once the pass timer had nothing else to wait for: a download
+        // whose only peer went idle for 3 minutes stopped for good.
+        self.next_dial = Some(self.next_dial.map_or(now, |t| t.min(now)));
     }
 
     /// Closes every connection of a transfer (paused, failed, removed).

@@ -211,6 +211,63 @@ fn a_failing_peer_backs_off_exponentially() {
     }
 }
 
+/// A peer whose connection the session closed itself (idle: nothing
+/// received for three minutes) is dialled again after the reconnect delay,
+/// with no `closed` from the runtime (which sends none for a close the
+/// session asked for). It was never dialled again: `weir get` of a torrent
+/// whose only peer had gone quiet stopped for good with 0 peers.
+#[test]
+fn a_peer_the_session_closed_for_idleness_is_dialled_again() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    s.add_peers(a, Proto::Bt, &[peer(1)], Source::Manual, now);
+    s.handle_timeout(now);
+    let d = dials(&mut s);
+    assert_eq!(d.len(), 1);
+    s.established(
+        d[0].0,
+        Established::Bt {
+            theirs: their_handshake(1, 9),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    let mut t = now;
+    let mut closed_at = None;
+    let redial = loop {
+        t += Duration::from_millis(500);
+        assert!(t - now < Duration::from_secs(400), "never dialled again");
+        if s.poll_timeout().is_some_and(|due| due <= t) {
+            s.handle_timeout(t);
+        }
+        let mut dialled = None;
+        while let Some(ev) = s.poll_event() {
+            match ev {
+                SessionEvent::Close { conn, reason } => {
+                    assert_eq!(conn, d[0].0);
+                    assert_eq!(reason, CloseReason::Idle);
+                    closed_at = Some(t);
+                }
+                SessionEvent::Dial { addr, .. } => dialled = Some(addr),
+                _ => {}
+            }
+        }
+        if let Some(addr) = dialled {
+            break (addr, t);
+        }
+    };
+    let closed_at = closed_at.expect("closed for idleness first");
+    assert_eq!(redial.0, peer(1));
+    let gap = redial.1 - closed_at;
+    assert!(
+        gap >= Duration::from_secs(4) && gap <= Duration::from_secs(7),
+        "{gap:?}"
+    );
+    assert_eq!(s.transfers[&a].counts.peers, 0);
+}
+
 #[test]
 fn a_banned_address_stays_banned_across_transfers_and_reconnects() {
     let now = Instant::now(); // test-epoch

@@ -448,8 +448,8 @@ impl EngineBackend {
                     match &moved {
                         Ok(()) => {
                             e.record.download_dir = location.clone();
-                            let v = Arc::make_mut(&mut e.base);
-                            v.download_dir = Arc::from(location.to_string_lossy().as_ref());
+                            let b = Arc::make_mut(&mut e.base);
+                            b.download_dir = Arc::from(location.to_string_lossy().as_ref());
                         }
                         Err(err) => tracing::warn!("transfer {id}: moving its data: {err}"),
                     }

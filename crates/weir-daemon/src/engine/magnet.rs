@@ -190,7 +190,7 @@ impl EngineBackend {
                     parsed.view.id = id;
                     parsed.view.download_dir = e.base.download_dir.clone();
                     parsed.view.torrent_file = Arc::from(path.to_string_lossy().as_ref());
-                    e.base = Arc::new(parsed.view);
+                    e.base = Arc::new(super::view::Base::of(&parsed.view));
                     e.files = parsed.files;
                     e.trackers = parsed.trackers;
                     // The magnet's `so=` (BEP 53) when the add named no

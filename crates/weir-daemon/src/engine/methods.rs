@@ -188,9 +188,10 @@ impl Backend for EngineBackend {
                     let row_key = query.row_key.as_deref();
                     match view::CachedView::get(e, key, row_key) {
                         Some(view::Cached::Row(row)) => {
-                            // The row is current: the base stands in for
-                            // the view (see `TransferList::written`).
-                            out.push(e.base.clone());
+                            // The row is current: a shared empty view
+                            // stands in for the view (see
+                            // `TransferList::written`).
+                            out.push(view::written_stand_in());
                             rows.push(None);
                             written.resize(out.len() - 1, None);
                             written.push(Some(row));

@@ -138,7 +138,7 @@ pub(crate) struct Entry {
     content: Content,
     /// What the content says (name, sizes, pieces, link), id and directory
     /// set.
-    base: Arc<TransferView>,
+    base: Arc<view::Base>,
     files: Vec<FileView>,
     trackers: Vec<TrackerView>,
     engine_id: Option<EngineId>,
@@ -842,7 +842,7 @@ fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: 
         earlier: (record.downloaded, record.uploaded),
         run: (0, 0),
         list_view: None,
-        base: Arc::new(view),
+        base: Arc::new(view::Base::of(&view)),
         files: parsed.files,
         trackers: parsed.trackers,
         engine_id: None,

@@ -23,8 +23,13 @@ use std::time::Duration;
 pub struct TokenBucket {
     rate: AtomicU64,
     tokens: AtomicI64,
-    /// Twice the last tick's budget: the ceiling refills and refunds obey.
+    /// Twice the last tick's budget (at least one byte): the ceiling
+    /// refills and refunds obey.
     ceiling: AtomicI64,
+    /// The fraction of a byte `rate * tick` left over at the last refill,
+    /// in billionths: carried into the next, so a cap of fewer bytes a
+    /// second than ticks a second still grants its rate.
+    owed: AtomicU64,
 }
 
 impl TokenBucket {
@@ -35,6 +40,7 @@ impl TokenBucket {
             rate: AtomicU64::new(rate),
             tokens: AtomicI64::new(0),
             ceiling: AtomicI64::new(0),
+            owed: AtomicU64::new(0),
         }
     }
 
@@ -58,14 +64,25 @@ impl TokenBucket {
         self.rate() == 0
     }
 
-    /// Adds one tick's budget, `rate * tick`, keeping at most twice that.
+    /// Adds one tick's budget, `rate * tick`, keeping at most twice that
+    /// (at least one byte). The fraction of a byte a tick leaves carries
+    /// into the next: rounded each tick, a cap under 50 B/s (half a byte
+    /// per 10 ms tick) granted nothing at all, and a connection under it
+    /// (`--max-down 40`, or the daemon's 0 kB/s limit, one byte a second)
+    /// stalled for good. Called by one refiller at a time.
     pub fn refill(&self, tick: Duration) {
         let rate = self.rate();
         if rate == 0 {
             return;
         }
-        let budget = (rate as f64 * tick.as_secs_f64()).round() as i64;
-        let ceiling = budget.saturating_mul(2);
+        let owed =
+            u128::from(rate) * tick.as_nanos() + u128::from(self.owed.load(Ordering::Relaxed));
+        let budget = i64::try_from(owed / 1_000_000_000).unwrap_or(i64::MAX);
+        self.owed
+            .store((owed % 1_000_000_000) as u64, Ordering::Relaxed);
+        let ceiling = ((rate as f64 * tick.as_secs_f64()).round() as i64)
+            .saturating_mul(2)
+            .max(1);
         self.ceiling.store(ceiling, Ordering::Relaxed);
         let _ = self
             .tokens
@@ -205,6 +222,34 @@ mod tests {
         assert_eq!(b.reserve(1), 0);
         b.refill(TICK);
         assert_eq!(b.reserve(50_000), 10_000);
+    }
+
+    /// Every rate grants what it promises over time, including rates of
+    /// fewer bytes a second than ticks a second (which rounding per tick
+    /// made grant nothing).
+    #[test]
+    fn slow_caps_grant_their_rate() {
+        for rate in [1u64, 7, 40, 49, 50, 149, 1_000_003] {
+            let b = TokenBucket::new(rate);
+            let mut granted = 0u64;
+            for _ in 0..1000 {
+                b.refill(TICK);
+                granted += b.reserve(1 << 30);
+            }
+            // 1,000 ticks of 10 ms: 10 s.
+            let want = rate * 10;
+            assert!(
+                granted.abs_diff(want) <= 1,
+                "{rate} B/s: {granted} vs {want}"
+            );
+        }
+        // Not drained, a slow cap still fills to one byte and no more.
+        let b = TokenBucket::new(1);
+        for _ in 0..1000 {
+            b.refill(TICK);
+        }
+        assert_eq!(b.available(), 1);
+        assert!(b.is_full());
     }
 
     #[test]

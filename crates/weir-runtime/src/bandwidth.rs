@@ -420,6 +420,28 @@ mod tests {
         assert!(Limiter::new(vec![bucket(0)]).waiter().is_none());
     }
 
+    /// A cap of one byte a second (the daemon's 0 kB/s limit) grants a
+    /// byte a second to a waiting reader; it granted nothing, ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_one_byte_a_second_cap_grants_a_byte_a_second() {
+        let lim = Limiter::new(vec![bucket(1)]);
+        let reader = tokio::spawn({
+            let lim = lim.clone();
+            async move {
+                let mut got = 0;
+                while got < 3 {
+                    got += lim.acquire(1 << 20).await;
+                }
+                got
+            }
+        });
+        run_for(2_500).await;
+        assert!(!reader.is_finished(), "3 bytes in 2.5 s at 1 B/s");
+        run_for(1_600).await;
+        assert!(reader.is_finished(), "3 bytes not granted in 4 s at 1 B/s");
+        assert_eq!(reader.await.unwrap(), 3);
+    }
+
     #[tokio::test]
     async fn unlimited_and_zero_never_wait() {
         let lim = Limiter::new(vec![bucket(0)]);

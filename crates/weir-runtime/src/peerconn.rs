@@ -395,7 +395,9 @@ pub async fn writer<M, E, T>(
     let mut queue: VecDeque<Unit> = VecDeque::new();
     let mut credit: u64 = 0;
     let mut open = true;
-    let unlimited = up.is_unlimited();
+    // Whether the limiter caps is read per message, not once: a cap set
+    // while the connection is open (a speed limit turned on over RPC)
+    // applies to what is queued from then on.
     loop {
         if queue.is_empty() {
             if !open {
@@ -409,13 +411,13 @@ pub async fn writer<M, E, T>(
                 return;
             }
             match rx.recv().await {
-                Some(o) => queue.extend(unit(o, unlimited, &queued)),
+                Some(o) => queue.extend(unit(o, up.is_unlimited(), &queued)),
                 None => open = false,
             }
             continue;
         }
         while let Ok(o) = rx.try_recv() {
-            queue.extend(unit(o, unlimited, &queued));
+            queue.extend(unit(o, up.is_unlimited(), &queued));
         }
         if !queue[0].paid {
             // Control runs queued behind go first.
@@ -433,7 +435,7 @@ pub async fn writer<M, E, T>(
             tokio::select! {
                 g = up.acquire(want) => credit += g as u64,
                 o = rx.recv(), if open => match o {
-                    Some(o) => queue.extend(unit(o, unlimited, &queued)),
+                    Some(o) => queue.extend(unit(o, up.is_unlimited(), &queued)),
                     None => open = false,
                 },
             }

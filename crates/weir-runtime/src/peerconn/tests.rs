@@ -174,6 +174,38 @@ async fn a_read_error_is_reported_after_the_messages_before_it() {
     assert_eq!(seen.len(), 2);
 }
 
+/// An upload cap set while a connection is open (a daemon's speed limit
+/// turned on over RPC) paces what it sends from then on: the writer looked
+/// at its limiter once, at its start, and an uncapped connection stayed
+/// uncapped for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_cap_set_on_an_open_connection_paces_it() {
+    let (ours, mut theirs) = pair().await;
+    let (_rd, wr) = ours.into_split();
+    let (q, rx) = write_queue(8 << 20);
+    let (tx, _ev) = mpsc::channel::<Ev>(4096);
+    const BLOCK: usize = 200 * 1024;
+    let own = bucket(0);
+    let up = Limiter::unlimited().with(own.clone());
+    tokio::spawn(writer::<Bytes, TooLong, Ev>(1, wr, rx, up, tx));
+    // Running, uncapped.
+    q.send(control(b"HELO")).unwrap();
+    let mut first = [0u8; 4];
+    theirs.read_exact(&mut first).await.unwrap();
+    own.set_rate_live(1_000_000);
+    let start = tokio::time::Instant::now();
+    q.send(Outgoing {
+        data: vec![Bytes::from(vec![0xAB; BLOCK])],
+        payload: BLOCK as u64,
+    })
+    .unwrap();
+    let mut rest = vec![0u8; BLOCK];
+    theirs.read_exact(&mut rest).await.unwrap();
+    let at = start.elapsed();
+    // ~0.2 s at 1 MB/s; at once if the cap were ignored.
+    assert!(at >= Duration::from_millis(120), "{at:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_goes_ahead_of_blocks_waiting_for_the_upload_cap() {
     let (ours, mut theirs) = pair().await;

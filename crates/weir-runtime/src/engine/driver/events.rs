@@ -9,8 +9,8 @@ use crate::engine::trackers::{Announcer, Standing};
 use crate::engine::wire;
 use crate::peerconn::{Outgoing, QueueError};
 
+use super::Driver;
 use super::stores::Store;
-use super::{Driver, Msg};
 
 /// Log target of a transfer's milestones (its first piece verified, every
 /// piece verified): hidden under the default filter, shown by
@@ -99,9 +99,9 @@ impl Driver {
                     digest,
                 } => match self.stores.get(&transfer) {
                     Some(Store::Running(d)) => {
-                        let tx = self.tx.clone();
+                        let tx = self.checked_tx.clone();
                         d.check_range(offset, len, digest, move |ok| {
-                            let _ = tx.blocking_send(Msg::RangeChecked {
+                            let _ = tx.send(super::Checked {
                                 transfer,
                                 scheme,
                                 unit,

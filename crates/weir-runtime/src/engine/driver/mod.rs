@@ -83,13 +83,20 @@ pub(crate) enum Msg {
         transfer: TransferId,
         peers: Vec<SocketAddr>,
     },
-    RangeChecked {
-        transfer: TransferId,
-        scheme: weir_core::content::SchemeId,
-        unit: u32,
-        ok: bool,
-    },
     Command(Command),
+}
+
+/// A range check's verdict, from a hash worker: sent through its own
+/// unbounded channel, so the worker (shared by every transfer of the
+/// process) never blocks on the driver. Sent through the bounded `tx`, a
+/// verdict found it full while the driver was stopping (no longer reading
+/// it, but waiting for every storage to close, which waits for that very
+/// worker): the engine hung at "stopping".
+struct Checked {
+    transfer: TransferId,
+    scheme: weir_core::content::SchemeId,
+    unit: u32,
+    ok: bool,
 }
 
 impl From<ConnEvent<Wire, WireError>> for Msg {
@@ -127,6 +134,8 @@ struct Driver {
     /// behind (see `run`), so the peers' data waits in their sockets.
     data_tx: mpsc::Sender<Msg>,
     storage_tx: mpsc::UnboundedSender<(TransferId, StorageEvent)>,
+    /// Range checks' verdicts (see [`Checked`]).
+    checked_tx: mpsc::UnboundedSender<Checked>,
     conns: HashMap<ConnId, ConnState>,
     /// Dials and handshakes in progress.
     pending: HashMap<ConnId, AbortHandle>,
@@ -189,6 +198,7 @@ pub(super) fn spawn(
     // held back by the storage backlog (a stop is heard on a full disk).
     let (tx, rx) = mpsc::channel::<Msg>(64);
     let (storage_tx, storage_rx) = mpsc::unbounded_channel();
+    let (checked_tx, checked_rx) = mpsc::unbounded_channel();
     let (progress, progress_rx) = watch::channel(Snapshot::default());
     let listeners: Vec<(Proto, TcpListener)> = [(Proto::Bt, bt), (Proto::Ed2k, ed2k)]
         .into_iter()
@@ -203,6 +213,7 @@ pub(super) fn spawn(
         tx: tx.clone(),
         data_tx,
         storage_tx,
+        checked_tx,
         conns: HashMap::new(),
         pending: HashMap::new(),
         stores: HashMap::new(),
@@ -230,7 +241,7 @@ pub(super) fn spawn(
     if driver.cfg.accept_at_start {
         driver.start_accepting();
     }
-    let task = tokio::spawn(driver.run(rx, data_rx, storage_rx));
+    let task = tokio::spawn(driver.run(rx, data_rx, storage_rx, checked_rx));
     (tx, progress_rx, task)
 }
 
@@ -240,6 +251,7 @@ impl Driver {
         mut rx: mpsc::Receiver<Msg>,
         mut data_rx: mpsc::Receiver<Msg>,
         mut storage_rx: mpsc::UnboundedReceiver<(TransferId, StorageEvent)>,
+        mut checked_rx: mpsc::UnboundedReceiver<Checked>,
     ) -> Result<Summary, EngineError> {
         let mut report = tokio::time::interval(self.cfg.report_every);
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -277,6 +289,10 @@ impl Driver {
                     while let Ok((t, ev)) = storage_rx.try_recv() {
                         self.session.storage(t, ev, now);
                     }
+                }
+                Some(c) = checked_rx.recv() => {
+                    self.session
+                        .range_checked(c.transfer, c.scheme, c.unit, c.ok, Instant::now());
                 }
                 m = rx.recv() => match m {
                     Some(Msg::Command(Command::Stop)) | None => self.stopping = true,
@@ -403,12 +419,6 @@ impl Driver {
                 self.session
                     .add_peers(transfer, Proto::Bt, &peers, Source::Tracker, now);
             }
-            Msg::RangeChecked {
-                transfer,
-                scheme,
-                unit,
-                ok,
-            } => self.session.range_checked(transfer, scheme, unit, ok, now),
             Msg::Command(c) => self.on_command(c, now),
         }
     }

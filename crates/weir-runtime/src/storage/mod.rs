@@ -99,12 +99,41 @@ impl std::fmt::Debug for DiskStorage {
 /// 1,000 counters for each batch of messages). Join a transfer to a group
 /// with [`Opened::in_group`]; alone it has a group of its own.
 #[derive(Clone, Debug, Default)]
-pub struct Backlog(Arc<AtomicU64>);
+pub struct Backlog(Arc<GroupBacklog>);
+
+#[derive(Debug, Default)]
+struct GroupBacklog {
+    bytes: AtomicU64,
+    /// Told when the count falls from above [`BACKLOG_LIMIT`] to it or
+    /// below.
+    drained: tokio::sync::Notify,
+}
 
 impl Backlog {
     /// Bytes the group's transfers submitted and have not written.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Returns once the count has fallen from above [`BACKLOG_LIMIT`] to it
+    /// or below (at once if it did since the last wait): a driver that
+    /// stopped reading its connections at the limit reads again the moment
+    /// the writers catch up. Only a write that completes a piece reported
+    /// anything, so a backlog drained by other writes was noticed at the
+    /// driver's next timer or report tick (up to 250 ms later).
+    pub async fn drained(&self) {
+        self.0.drained.notified().await;
+    }
+
+    fn add(&self, n: u64) {
+        self.0.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&self, n: u64) {
+        let before = self.0.bytes.fetch_sub(n, Ordering::Relaxed);
+        if before > BACKLOG_LIMIT && before.saturating_sub(n) <= BACKLOG_LIMIT {
+            self.0.drained.notify_one();
+        }
     }
 }
 

@@ -53,13 +53,13 @@ impl Ctx {
     /// `n` more bytes to write.
     pub(super) fn add_backlog(&self, n: u64) {
         self.backlog.fetch_add(n, Ordering::Relaxed);
-        self.group.0.fetch_add(n, Ordering::Relaxed);
+        self.group.add(n);
     }
 
     /// `n` bytes written (or dropped).
     pub(super) fn sub_backlog(&self, n: u64) {
         self.backlog.fetch_sub(n, Ordering::Relaxed);
-        self.group.0.fetch_sub(n, Ordering::Relaxed);
+        self.group.sub(n);
     }
 
     /// Reports `ev` (a transfer whose receiver is gone is closing).

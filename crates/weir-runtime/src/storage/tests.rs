@@ -150,6 +150,28 @@ async fn a_group_counts_the_backlog_of_all_its_transfers() {
     );
 }
 
+/// A group whose backlog falls from above the limit to it wakes a waiting
+/// driver at once, and only then.
+#[tokio::test]
+async fn a_backlog_falling_to_the_limit_wakes_its_waiter() {
+    let group = Backlog::default();
+    group.add(BACKLOG_LIMIT + (4 << 20));
+    let waiter = tokio::spawn({
+        let group = group.clone();
+        async move { group.drained().await }
+    });
+    tokio::task::yield_now().await;
+    group.sub(2 << 20);
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "woken while still above the limit");
+    group.sub(2 << 20);
+    tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+        .await
+        .expect("not woken at the limit")
+        .unwrap();
+    assert_eq!(group.get(), BACKLOG_LIMIT);
+}
+
 #[tokio::test]
 async fn writes_verify_read_back_and_resume_from_the_journal() {
     let t = Tmp::new("rw");

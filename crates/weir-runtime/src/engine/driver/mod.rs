@@ -272,6 +272,7 @@ impl Driver {
             // workers catch up; each piece they finish wakes this loop.
             // Everything else is still heard.
             let backlogged = self.backlog.get() > storage::BACKLOG_LIMIT;
+            let backlog = self.backlog.clone();
             let dht_wake = self
                 .dht
                 .as_ref()
@@ -304,6 +305,8 @@ impl Driver {
                     }
                 },
                 Some(m) = data_rx.recv(), if !backlogged => self.handle(m),
+                // The writers caught up: read the connections again.
+                () = backlog.drained(), if backlogged => {}
                 _ = sleep_until(deadline) => self.session.handle_timeout(Instant::now()),
                 Some(batch) = dht_recv(&mut self.dht) => {
                     if let Some(d) = &mut self.dht {

@@ -109,6 +109,22 @@ pub const MAX_KNOWN: usize = 1000;
 pub const MAX_TRIES: u8 = 4;
 /// A failed peer is dialled again no sooner than this.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Most time for a dial, for the handshake, and then for the extension
+/// handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection holding one of the `max_dials` slots, from its dial until
+/// it is released.
+struct Dial {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+    /// The fetcher took it (its extension handshake offers the metadata).
+    serving: bool,
+    /// It has sent a piece we asked for.
+    pieces: bool,
+    /// Rejects since its last piece.
+    rejects: u32,
+}
 
 /// What a connection task reports.
 enum Report {
@@ -145,54 +161,77 @@ pub async fn fetch_with(
     if opts.use_trackers {
         known.extend(tracker_peers(m, info_hash, opts).await);
     }
-    known.retain(|a| opts.policy.allows(a.ip()));
-    known.sort();
-    known.dedup();
-    known.truncate(MAX_KNOWN);
-    if known.is_empty() && more.is_none() {
+    // In the order given (`--peer`, `x.pe`, then as the trackers answered),
+    // not sorted: a sort would dial the same lowest addresses first in
+    // every fetch.
+    let mut seen: HashSet<SocketAddr> = HashSet::new();
+    let mut queue: VecDeque<SocketAddr> = VecDeque::new();
+    for a in known {
+        if opts.policy.allows(a.ip()) && seen.len() < MAX_KNOWN && seen.insert(a) {
+            queue.push_back(a);
+        }
+    }
+    if queue.is_empty() && more.is_none() {
         return Err(FetchFailure::NoPeers);
     }
-    let mut seen: HashSet<SocketAddr> = known.iter().copied().collect();
-    let mut queue: VecDeque<SocketAddr> = known.iter().copied().collect();
     let cfg = FetcherConfig {
         trackers: m.trackers.clone(),
         ..FetcherConfig::default()
     };
+    let max_failures = cfg.max_failures.max(1);
     let mut fetcher = MetadataFetcher::new(info_hash, cfg);
     let (tx, mut rx) = mpsc::channel::<Report>(64);
     let mut writers: HashMap<u32, OwnedWriteHalf> = HashMap::new();
-    let mut tasks = Vec::new();
+    // The connections holding a slot: at most `max_dials`.
+    let mut dials: HashMap<u32, Dial> = HashMap::new();
     let mut next_conn = 0u32;
-    let mut live = 0usize;
     let mut asked = 0usize;
     let mut last_why = String::from("none answered");
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let limits = MetadataLimits::default();
-    // Each dial's address (connection `n` is `dialled[n - 1]`), and the
-    // failed ones: tries and when.
-    let mut dialled: Vec<SocketAddr> = Vec::new();
+    // The failed addresses: tries and when.
     let mut failed: HashMap<SocketAddr, (u8, Instant)> = HashMap::new();
-    let mut dial_more = |live: &mut usize,
-                         tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-                         queue: &mut VecDeque<SocketAddr>,
-                         dialled: &mut Vec<SocketAddr>| {
-        while *live < opts.max_dials.max(1) {
+    let mut dial_more = |dials: &mut HashMap<u32, Dial>, queue: &mut VecDeque<SocketAddr>| {
+        while dials.len() < opts.max_dials.max(1) {
             let Some(addr) = queue.pop_front() else {
                 break;
             };
-            *live += 1;
             next_conn += 1;
-            dialled.push(addr);
-            tasks.push(tokio::spawn(peer(
+            let task = tokio::spawn(peer(next_conn, addr, info_hash, opts.clone(), tx.clone()));
+            dials.insert(
                 next_conn,
-                addr,
-                info_hash,
-                opts.clone(),
-                tx.clone(),
-            )));
+                Dial {
+                    addr,
+                    task,
+                    serving: false,
+                    pieces: false,
+                    rejects: 0,
+                },
+            );
         }
     };
-    dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
+    // Ends a connection that still holds a slot (once: a later report
+    // from it finds none): its task stops and drops the read half, its
+    // write half closes, so the socket closes; the fetcher forgets it and
+    // its address counts as failed.
+    macro_rules! release {
+        ($conn:expr, $why:expr) => {{
+            let conn: u32 = $conn;
+            if let Some(d) = dials.remove(&conn) {
+                d.task.abort();
+                // Cancelled at once (it never blocks in a cancel), so the
+                // socket is closed before the next dial.
+                let _ = d.task.await;
+                writers.remove(&conn);
+                let now = Instant::now();
+                fetcher.remove_peer(conn, now);
+                failed.entry(d.addr).or_insert((0, now)).1 = now;
+                last_why = $why;
+                tracing::debug!("metadata: peer {conn} ({}): {last_why}", d.addr);
+            }
+        }};
+    }
+    dial_more(&mut dials, &mut queue);
     let result = loop {
         let tick = fetcher
             .poll_timeout()
@@ -203,44 +242,57 @@ pub async fn fetch_with(
             r = rx.recv() => {
                 let now = Instant::now();
                 match r {
+                    // Sent before its connection was released.
+                    Some(Report::Up { conn, .. } | Report::Msg { conn, .. })
+                        if !dials.contains_key(&conn) => {}
                     Some(Report::Up { conn, writer }) => {
                         asked += 1;
                         writers.insert(conn, writer);
                     }
                     Some(Report::Msg { conn, msg: Message::Extended { id: 0, payload } }) => {
-                        match ExtHandshake::decode(&payload) {
-                            Ok(ext) => {
-                                if !fetcher.add_peer(conn, &ext, now) {
-                                    last_why = "a peer offers no metadata".into();
-                                }
+                        // A later handshake of a peer taking part changes
+                        // nothing.
+                        if let Some(d) = dials.get_mut(&conn)
+                            && !d.serving
+                        {
+                            match ExtHandshake::decode(&payload) {
+                                Ok(ext) if fetcher.add_peer(conn, &ext, now) => d.serving = true,
+                                Ok(_) => release!(conn, "a peer offers no metadata".into()),
+                                Err(e) => release!(conn, format!("bad extension handshake: {e}")),
                             }
-                            Err(e) => last_why = format!("bad extension handshake: {e}"),
                         }
                     }
                     Some(Report::Msg { conn, msg: Message::Extended { id, payload } })
                         if id == metadata::LOCAL_ID =>
                     {
                         match MetadataMsg::decode(&payload, &limits) {
-                            Ok(msg) => fetcher.handle_message(conn, msg, now),
-                            Err(e) => {
-                                last_why = format!("bad ut_metadata message: {e}");
-                                fetcher.remove_peer(conn, now);
-                                writers.remove(&conn);
+                            Ok(msg) => {
+                                let data = matches!(msg, MetadataMsg::Data { .. });
+                                let before = fetcher.stats();
+                                fetcher.handle_message(conn, msg, now);
+                                let after = fetcher.stats();
+                                if let Some(d) = dials.get_mut(&conn) {
+                                    if after.rejects > before.rejects {
+                                        d.rejects += 1;
+                                    } else if data
+                                        && d.serving
+                                        && after.unsolicited == before.unsolicited
+                                    {
+                                        d.pieces = true;
+                                        d.rejects = 0;
+                                    }
+                                    // It has none to send, or the fetcher
+                                    // asks it nothing more.
+                                    if d.rejects > 0 && (!d.pieces || d.rejects >= max_failures) {
+                                        release!(conn, "a peer rejects requests for metadata".into());
+                                    }
+                                }
                             }
+                            Err(e) => release!(conn, format!("bad ut_metadata message: {e}")),
                         }
                     }
                     Some(Report::Msg { .. }) => {}
-                    Some(Report::Down { conn, why }) => {
-                        tracing::debug!("metadata: peer {conn}: {why}");
-                        last_why = why;
-                        live = live.saturating_sub(1);
-                        fetcher.remove_peer(conn, now);
-                        writers.remove(&conn);
-                        if let Some(a) = dialled.get(conn as usize - 1) {
-                            failed.entry(*a).or_insert((0, now)).1 = now;
-                        }
-                        dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
-                    }
+                    Some(Report::Down { conn, why }) => release!(conn, why),
                     None => {}
                 }
             }
@@ -263,7 +315,6 @@ pub async fn fetch_with(
                         queue.push_back(a);
                     }
                 }
-                dial_more(&mut live, &mut tasks, &mut queue, &mut dialled);
             }
             _ = tokio::time::sleep_until(tick) => {
                 if tokio::time::Instant::now() >= deadline {
@@ -278,25 +329,26 @@ pub async fn fetch_with(
             }
         }
         while let Some((conn, frame)) = fetcher.poll_send() {
-            if let Some(w) = writers.get_mut(&conn)
-                && w.write_all(&frame).await.is_err()
-            {
-                writers.remove(&conn);
+            let Some(w) = writers.get_mut(&conn) else {
+                continue;
+            };
+            if let Err(e) = w.write_all(&frame).await {
+                release!(conn, format!("write: {e}"));
             }
         }
         while let Some(ev) = fetcher.poll_event() {
             if let FetchEvent::Drop { peer, reason } = ev {
                 tracing::info!("metadata: dropping peer {peer}: {reason}");
-                last_why = reason.to_string();
-                writers.remove(&peer);
+                release!(peer, reason.to_string());
             }
         }
         if let Some(r) = fetcher.take_result() {
             break r.map_err(FetchFailure::from);
         }
+        dial_more(&mut dials, &mut queue);
     };
-    for t in tasks {
-        t.abort();
+    for d in dials.values() {
+        d.task.abort();
     }
     if let Ok(f) = &result {
         let st = fetcher.stats();
@@ -375,7 +427,7 @@ async fn talk(
     tx: &mpsc::Sender<Report>,
 ) -> std::io::Result<()> {
     let dial = crate::net::connect_tcp_from(&opts.policy, opts.local_ip, addr);
-    let s = tokio::time::timeout(Duration::from_secs(10), dial)
+    let s = tokio::time::timeout(HANDSHAKE_TIMEOUT, dial)
         .await
         .map_err(|_| std::io::Error::other("connect timed out"))??;
     let _ = s.set_nodelay(true);
@@ -402,7 +454,7 @@ async fn talk(
     wr.write_all(&out).await?;
     let mut buf = BytesMut::with_capacity(64 << 10);
     let bad = |m: &str| std::io::Error::other(m.to_string());
-    let theirs = tokio::time::timeout(Duration::from_secs(10), async {
+    let theirs = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         while buf.len() < Handshake::LEN {
             if rd.read_buf(&mut buf).await? == 0 {
                 return Err(bad("closed during the handshake"));
@@ -429,10 +481,15 @@ async fn talk(
         return Ok(());
     }
     let limits = Limits::new(0);
+    // A peer that never says whether it has the metadata (no extension
+    // handshake) must not keep its slot.
+    let ext_by = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut ext_seen = false;
     loop {
         loop {
             match wire::decode(&mut buf, &limits) {
                 Ok(Some(msg)) => {
+                    ext_seen |= matches!(msg, Message::Extended { id: 0, .. });
                     if tx.send(Report::Msg { conn, msg }).await.is_err() {
                         return Ok(());
                     }
@@ -441,7 +498,15 @@ async fn talk(
                 Err(e) => return Err(bad(&e.to_string())),
             }
         }
-        if rd.read_buf(&mut buf).await? == 0 {
+        let read = rd.read_buf(&mut buf);
+        let n = if ext_seen {
+            read.await?
+        } else {
+            tokio::time::timeout_at(ext_by, read)
+                .await
+                .map_err(|_| bad("no extension handshake"))??
+        };
+        if n == 0 {
             return Ok(());
         }
     }
@@ -450,7 +515,7 @@ async fn talk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     const ED2K: &str = "D3B6B09D73D3FE0DD41DDE5ED244215A";
 
@@ -559,5 +624,206 @@ mod tests {
     async fn no_port_goes_to_a_peer_without_a_dht_or_from_a_fetch_without_one() {
         assert_eq!(fetch_from(false, Some(4321)).await, (true, vec![]));
         assert_eq!(fetch_from(true, None).await, (false, vec![]));
+    }
+
+    /// How a peer that cannot serve the metadata behaves; each keeps its
+    /// socket open until the fetcher closes it, and then still.
+    #[derive(Clone, Copy, Debug)]
+    enum Useless {
+        /// Its extension handshake has ut_metadata but no metadata_size
+        /// (another client fetching the same magnet).
+        NoSize,
+        /// Sends a ut_metadata message that does not decode.
+        Garbage,
+        /// Sends a piece whose total_size is not its claimed size (the
+        /// fetcher drops it).
+        WrongSize,
+        /// Rejects every request.
+        Rejects,
+    }
+
+    /// A valid info dictionary and its hash.
+    fn small_info() -> (Bytes, [u8; 20]) {
+        let mut info = b"d6:lengthi5e4:name5:a.bin12:piece lengthi16384e6:pieces20:".to_vec();
+        info.extend_from_slice(&[7; 20]);
+        info.push(b'e');
+        let ih: [u8; 20] = <sha1::Sha1 as sha1::Digest>::digest(&info).into();
+        (Bytes::from(info), ih)
+    }
+
+    /// Accepts one connection and shakes hands as a peer of `ih` with
+    /// ut_metadata on id 3 and `metadata_size` `size`; returns the socket
+    /// and the bytes read past the fetcher's handshake.
+    async fn accept_as(l: &TcpListener, ih: [u8; 20], size: Option<u64>) -> (TcpStream, BytesMut) {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = BytesMut::new();
+        while buf.len() < Handshake::LEN {
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "closed early");
+        }
+        let _ = buf.split_to(Handshake::LEN);
+        let mut out = BytesMut::new();
+        Handshake::new(ih, [0x33; 20]).encode(&mut out);
+        let mut ext = ExtHandshake {
+            metadata_size: size,
+            ..Default::default()
+        };
+        ext.m.insert(UT_METADATA.into(), 3);
+        wire::encode(
+            &Message::Extended {
+                id: 0,
+                payload: Bytes::from(ext.encode()),
+            },
+            &mut out,
+        );
+        s.write_all(&out).await.unwrap();
+        (s, buf)
+    }
+
+    /// The ut_metadata requests in `buf` (more read from `s`); `None` once
+    /// the fetcher closed the connection.
+    async fn next_request(s: &mut TcpStream, buf: &mut BytesMut) -> Option<u32> {
+        loop {
+            while let Some(m) = wire::decode(buf, &Limits::new(0)).unwrap() {
+                if let Message::Extended { id: 3, payload } = m
+                    && let Ok(MetadataMsg::Request { piece }) =
+                        MetadataMsg::decode(&payload, &MetadataLimits::default())
+                {
+                    return Some(piece);
+                }
+            }
+            if s.read_buf(buf).await.unwrap_or(0) == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// Serves `info` to one connection, once `first` is done.
+    async fn seeder(l: TcpListener, info: Bytes, first: tokio::sync::oneshot::Receiver<()>) {
+        let _ = first.await;
+        let ih: [u8; 20] = small_info().1;
+        let (mut s, mut buf) = accept_as(&l, ih, Some(info.len() as u64)).await;
+        while let Some(piece) = next_request(&mut s, &mut buf).await {
+            let start = piece as usize * metadata::PIECE_LEN;
+            let len = metadata::piece_len(info.len() as u64, piece);
+            let data = MetadataMsg::Data {
+                piece,
+                total_size: info.len() as u64,
+                data: info.slice(start..start + len),
+            };
+            s.write_all(&metadata::frame(metadata::LOCAL_ID, &data))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// A peer of `ih` that cannot serve it (see [`Useless`]). It never
+    /// closes its socket: it is aborted when the test ends. It says on
+    /// `closed` when the fetcher has closed the connection: not only its
+    /// write half (its reading task ended too, what we write is refused).
+    async fn useless_peer(
+        l: TcpListener,
+        ih: [u8; 20],
+        how: Useless,
+        closed: tokio::sync::oneshot::Sender<()>,
+    ) {
+        let size = match how {
+            Useless::NoSize => None,
+            // Four pieces at least, so the fetcher asks several at once.
+            _ => Some(1 << 20),
+        };
+        let (mut s, mut buf) = accept_as(&l, ih, size).await;
+        let reply = |m: &MetadataMsg| metadata::frame(metadata::LOCAL_ID, m);
+        match how {
+            Useless::NoSize | Useless::Rejects => {}
+            Useless::Garbage => {
+                let mut out = BytesMut::new();
+                wire::encode(
+                    &Message::Extended {
+                        id: metadata::LOCAL_ID,
+                        payload: Bytes::from_static(b"not bencode"),
+                    },
+                    &mut out,
+                );
+                s.write_all(&out).await.unwrap();
+            }
+            Useless::WrongSize => {
+                let data = MetadataMsg::Data {
+                    piece: 0,
+                    total_size: 2 << 20,
+                    data: Bytes::from(vec![0; metadata::PIECE_LEN]),
+                };
+                s.write_all(&reply(&data)).await.unwrap();
+            }
+        }
+        while let Some(piece) = next_request(&mut s, &mut buf).await {
+            if let Useless::Rejects = how {
+                s.write_all(&reply(&MetadataMsg::Reject { piece }))
+                    .await
+                    .unwrap();
+            }
+        }
+        // Keep-alives until refused (the fetcher's socket is gone).
+        while s.write_all(&[0; 4]).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+        let _ = closed.send(());
+        std::future::pending::<()>().await;
+    }
+
+    /// Fetches [`small_info`] with one dial at a time from a useless peer,
+    /// dialled first, and a seeder: the useless one must give its slot
+    /// up and its connection must close.
+    async fn fetch_past(how: Useless) -> Result<FetchedMetadata, FetchFailure> {
+        let (info, ih) = small_info();
+        let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // The useless peer first, in the list and by port.
+        let (useless, good) = if a.local_addr().unwrap() < b.local_addr().unwrap() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let peers = vec![useless.local_addr().unwrap(), good.local_addr().unwrap()];
+        // The seeder answers only once the useless peer's connection is
+        // closed.
+        let (closed, first) = tokio::sync::oneshot::channel();
+        let tasks = [
+            tokio::spawn(useless_peer(useless, ih, how, closed)),
+            tokio::spawn(seeder(good, info, first)),
+        ];
+        let hex: String = ih.iter().map(|b| format!("{b:02x}")).collect();
+        let m = Magnet::parse(&format!("magnet:?xt=urn:btih:{hex}")).unwrap();
+        let opts = FetchOptions {
+            policy: NetPolicy::loopback(),
+            peers,
+            peer_id: [0x44; 20],
+            port: 0,
+            local_ip: None,
+            use_trackers: false,
+            timeout: Duration::from_secs(5),
+            max_dials: 1,
+            dht_port: None,
+        };
+        let r = fetch(&m, &opts).await;
+        for t in tasks {
+            t.abort();
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn a_peer_without_metadata_size_gives_its_slot_to_the_next() {
+        let got = fetch_past(Useless::NoSize).await.unwrap();
+        assert_eq!(got.info_bytes, small_info().0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_the_fetcher_gives_up_gives_its_slot_to_the_next() {
+        for how in [Useless::Garbage, Useless::WrongSize, Useless::Rejects] {
+            match fetch_past(how).await {
+                Ok(got) => assert_eq!(got.info_bytes, small_info().0, "{how:?}"),
+                Err(e) => panic!("{how:?}: {e}"),
+            }
+        }
     }
 }

@@ -49,9 +49,12 @@ impl TokenBucket {
         Self::new(0)
     }
 
-    /// Changes the cap; takes effect at the next refill.
+    /// Changes the cap; takes effect at the next refill. The fraction of a
+    /// byte the old rate left is dropped (under a new cap of 1 B/s it was
+    /// a byte granted at once).
     pub fn set_rate(&self, rate: u64) {
         self.rate.store(rate, Ordering::Relaxed);
+        self.owed.store(0, Ordering::Relaxed);
     }
 
     /// The cap in bytes per second (0 = unlimited).

@@ -1,8 +1,9 @@
 //! The engine (`weir_runtime::engine`, what `weir get` runs) against
 //! hostile peers and servers on loopback (small tokio programs in this
 //! test): dials and handshakes past the limits, idle connections, a
-//! tracker's huge answer, a peer that does not read its answers, and an
-//! eD2k server asking for callbacks. The bounds are held by the session
+//! tracker's huge answer, a tracker that never answers `stopped`, a peer
+//! that does not read its answers, and an eD2k server asking for
+//! callbacks. The bounds are held by the session
 //! (limits) and the engine (write queues, timeouts, the accept loop);
 //! `weir ed2k-server`'s own are in `ed2k_server.rs`.
 
@@ -458,6 +459,95 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
         assert_eq!((t.bytes_had, t.downloaded.0), (0, 0), "unasked data kept");
         assert!(pushed < 64 << 20, "all {pushed} bytes taken");
         stop(e).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A tracker that answers every announce but `stopped`, which it takes and
+/// never answers; the request lines it got.
+async fn tracker_silent_at_stop() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let kept = log.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let stopped = line.contains("event=stopped");
+            kept.lock().unwrap().push(line);
+            if stopped {
+                held.push(s);
+                continue;
+            }
+            let body = b"d8:intervali1800e5:peers0:e";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(body).await;
+            let _ = s.shutdown().await;
+        }
+    });
+    (addr, log)
+}
+
+/// An engine of many torrents whose tracker never answers `stopped` stops
+/// in one stop's bounded time, having sent every torrent's `stopped`: the
+/// announcers were stopped one after another, each waiting out its
+/// timeout, so a daemon of 12 such torrents took 30 s to stop (of 1,000,
+/// 40 minutes; a service manager kills it long before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracker_silent_at_stop_holds_a_stop_once_not_per_torrent() {
+    tokio::time::timeout(LIMIT, async {
+        const N: usize = 12;
+        let (tracker, log) = tracker_silent_at_stop().await;
+        let mut cfg = config();
+        cfg.use_trackers = true;
+        let e = Engine::start(cfg).await.unwrap();
+        for i in 0..N {
+            let src = tmp(&format!("silent-src-{i}"));
+            let meta = torrent_with(
+                &src,
+                64 * 1024 + i,
+                vec![vec![format!("http://{tracker}/announce")]],
+            );
+            let dst = tmp(&format!("silent-dst-{i}"));
+            e.add_torrent(download_source(meta, &dst, Vec::new()))
+                .await
+                .unwrap();
+        }
+        let count = |event: &str| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(event))
+                .count()
+        };
+        until(Duration::from_secs(20), "every torrent announced", || {
+            count("event=started") == N
+        })
+        .await;
+        let start = Instant::now();
+        stop(e).await;
+        let took = start.elapsed();
+        assert_eq!(count("event=stopped"), N, "not every torrent sent stopped");
+        // One stop's bound (5 s and a second's grace), not one per torrent.
+        assert!(took < Duration::from_secs(9), "stopping took {took:?}");
     })
     .await
     .unwrap();

@@ -434,9 +434,16 @@ impl Driver {
             u.shutdown();
         }
         self.publish(true);
-        let stops: Vec<Announcer> = self.announcers.drain().map(|(_, a)| a).collect();
-        for a in stops {
-            a.stop().await;
+        // Every torrent's `stopped` at once, each bounded by the stop
+        // timeout: one after another, a tracker that never answers held a
+        // daemon of N torrents N times that long.
+        let stops: Vec<_> = self
+            .announcers
+            .drain()
+            .map(|(_, a)| tokio::spawn(a.stop()))
+            .collect();
+        for s in stops {
+            let _ = s.await;
         }
         let conns: Vec<ConnId> = self
             .conns

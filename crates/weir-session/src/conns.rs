@@ -123,7 +123,15 @@ impl Session {
         if let Err(e) = &r {
             self.forget_conn(conn, now, Some(e.to_string()));
         }
-        self.dial_more(now);
+        // A dial's half-open slot is free: a pass for its transfer (or
+        // every transfer, when one waits on the session's limits).
+        let transfer = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.transfer)
+            .or(c.transfer);
+        self.arm_dial_after(transfer, now);
+        self.dial_due(now);
         r
     }
 
@@ -273,14 +281,14 @@ impl Session {
     pub fn dial_failed(&mut self, conn: ConnId, reason: &str, now: Instant) {
         self.now = Some(now);
         self.forget_conn(conn, now, Some(reason.to_string()));
-        self.dial_more(now);
+        self.dial_due(now);
     }
 
     /// A connection ended (`error`: why, when it was not an orderly close).
     pub fn closed(&mut self, conn: ConnId, error: Option<String>, now: Instant) {
         self.now = Some(now);
         self.forget_conn(conn, now, error);
-        self.dial_more(now);
+        self.dial_due(now);
     }
 
     /// Forgets a connection wherever it is (idempotent).
@@ -343,7 +351,31 @@ impl Session {
         // `closed` back, and without this the peer was never dialled again
         // once the pass timer had nothing else to wait for: a download
         // whose only peer went idle for 3 minutes stopped for good.
-        self.next_dial = Some(self.next_dial.map_or(now, |t| t.min(now)));
+        self.arm_dial_after(c.transfer, now);
+    }
+
+    /// Arms the dial pass a freed slot of `transfer` calls for: that
+    /// transfer alone (its peer's redial, a slot under its own limits),
+    /// unless another transfer was left waiting on the session-wide
+    /// limits or the connection was for no transfer (an eD2k callback):
+    /// then every transfer. In a session of thousands with peers coming
+    /// and going, a close costs one visit, not one per transfer.
+    pub(crate) fn arm_dial_after(&mut self, transfer: Option<TransferId>, now: Instant) {
+        match transfer {
+            Some(id) if !self.global_starved => self.ask_dial(id, now),
+            _ => self.next_dial = Some(self.next_dial.map_or(now, |t| t.min(now))),
+        }
+    }
+
+    /// Runs the dial pass that is due by now, if any: the full one, else
+    /// the one over the transfers that asked.
+    pub(crate) fn dial_due(&mut self, now: Instant) {
+        if self.next_dial.is_some_and(|t| t <= now) {
+            self.next_dial = None;
+            self.dial_more(now);
+        } else if self.dial_asked_at.is_some_and(|t| t <= now) {
+            self.dial_those_asking(now);
+        }
     }
 
     /// Closes every connection of a transfer (paused, failed, removed).
@@ -485,12 +517,7 @@ impl Session {
         if self.ed2k.poll_timeout().is_some_and(|t| t <= now) {
             self.with_ed2k(now, |e| e.handle_timeout(now));
         }
-        if self.next_dial.is_some_and(|t| t <= now) {
-            self.next_dial = None;
-            self.dial_more(now);
-        } else if self.dial_asked_at.is_some_and(|t| t <= now) {
-            self.dial_those_asking(now);
-        }
+        self.dial_due(now);
         self.servers_due(now);
     }
 
@@ -511,9 +538,11 @@ impl Session {
     /// Starts the dials the limits have room for, spread over the
     /// transfers in turn, and arms the next look.
     pub(crate) fn dial_more(&mut self, now: Instant) {
-        // This pass visits every transfer.
+        // This pass visits every transfer, and finds again whether one
+        // waits on the session's limits.
         self.dial_asked.clear();
         self.dial_asked_at = None;
+        self.global_starved = false;
         let mut next_due: Option<Instant> = None;
         let ids: Vec<TransferId> = self.transfers.keys().copied().collect();
         let n = ids.len();
@@ -533,6 +562,7 @@ impl Session {
         let room = self.cfg.global.dial_room(&self.counts);
         if let Some(d) = self.callbacks.next_due(false) {
             next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+            self.global_starved |= room == 0 && d <= now;
         }
         for addr in self.callbacks.next_dials(now, room, false) {
             let conn = self.alloc_conn();
@@ -593,11 +623,9 @@ impl Session {
             self.dial_visits += 1;
         }
         for proto in [Proto::Bt, Proto::Ed2k] {
-            let room = self
-                .cfg
-                .global
-                .dial_room(&self.counts)
-                .min(self.cfg.per_transfer.dial_room(&self.transfers[&id].counts));
+            let global = self.cfg.global.dial_room(&self.counts);
+            let own = self.cfg.per_transfer.dial_room(&self.transfers[&id].counts);
+            let room = global.min(own);
             let t = self.transfers.get_mut(&id).expect("listed");
             if !t.running() {
                 continue;
@@ -617,6 +645,8 @@ impl Session {
             };
             if let Some(d) = book.next_due(seeking) {
                 next_due = Some(next_due.map_or(d, |x: Instant| x.min(d)));
+                // A peer to dial now, room of its own, none in the session.
+                self.global_starved |= global == 0 && own > 0 && d <= now;
             }
             if room == 0 {
                 continue;
@@ -627,6 +657,9 @@ impl Session {
                 // no handshake is built (the preamble counts pieces).
                 continue;
             }
+            // It took the last of the session's room with room of its own
+            // left: the next slot freed anywhere is for a pass over all.
+            self.global_starved |= addrs.len() == global && global < own;
             let hello = match (proto, &t.bt) {
                 (Proto::Bt, Some(b)) => Hello::Bt {
                     ours: b.torrent.handshake(),

@@ -135,7 +135,8 @@ impl Session {
         }
         self.flush_server(i);
         self.pump_ed2k_lent(now);
-        self.dial_more(now);
+        // Sources found and callbacks asked for are dialled now.
+        self.dial_due(now);
     }
 
     fn on_server_event(&mut self, i: usize, e: ServerEvent, now: Instant) {

@@ -134,6 +134,11 @@ pub struct Session {
     /// [`Session::ask_dial`]), and since when.
     pub(crate) dial_asked: BTreeSet<TransferId>,
     pub(crate) dial_asked_at: Option<Instant>,
+    /// A transfer had a peer to dial now and the session-wide limits had
+    /// no room for it (since the last full pass): a freed slot then needs
+    /// a pass over every transfer, not only over the one whose connection
+    /// closed.
+    pub(crate) global_starved: bool,
     /// Transfers visited by dial passes (tests count the work).
     #[cfg(test)]
     pub(crate) dial_visits: u64,
@@ -185,6 +190,7 @@ impl Session {
             next_dial: None,
             dial_asked: BTreeSet::new(),
             dial_asked_at: None,
+            global_starved: false,
             #[cfg(test)]
             dial_visits: 0,
             dial_cursor: 0,

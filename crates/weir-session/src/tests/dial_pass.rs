@@ -73,3 +73,89 @@ fn a_transfer_asking_among_many_is_dialled_at_once() {
         vec![peer(3)]
     );
 }
+
+/// Dials and establishes transfer `id`'s peer `p`; returns its connection.
+fn connect(s: &mut Session, id: TransferId, p: SocketAddr, tag: u8, now: Instant) -> ConnId {
+    s.add_peers(id, Proto::Bt, &[p], Source::Manual, now);
+    s.handle_timeout(now);
+    let d = dials(s);
+    assert_eq!(d.iter().map(|(_, a)| *a).collect::<Vec<_>>(), vec![p]);
+    s.established(
+        d[0].0,
+        Established::Bt {
+            theirs: their_handshake(tag, 9),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    d[0].0
+}
+
+#[test]
+fn a_close_among_many_visits_its_own_transfer_and_redials_its_peer() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    for i in 0..300 {
+        add_checked(&mut s, i, now);
+    }
+    let a = add(&mut s, 1, now);
+    s.handle_timeout(now);
+    let conn = connect(&mut s, a, peer(1), 1, now);
+    // Time passes; the passes due run.
+    let later = now + Duration::from_secs(1);
+    while s.poll_timeout().is_some_and(|t| t <= later) {
+        s.handle_timeout(later);
+    }
+    while s.poll_event().is_some() {}
+    let before = s.dial_visits;
+    // The connection ends: the freed slot and the peer's redial concern
+    // this transfer alone (a walk over all would be 301 visits).
+    s.closed(conn, None, later);
+    assert!(
+        s.dial_visits - before <= 2,
+        "{} visits for one close",
+        s.dial_visits - before
+    );
+    // And the peer is dialled again once its reconnect delay is out.
+    let mut t = later;
+    let redial = loop {
+        t += Duration::from_millis(100);
+        assert!(t - later < Duration::from_secs(60), "never dialled again");
+        if s.poll_timeout().is_some_and(|due| due <= t) {
+            s.handle_timeout(t);
+        }
+        if let Some((_, addr)) = dials(&mut s).first() {
+            break (*addr, t);
+        }
+    };
+    assert_eq!(redial.0, peer(1));
+}
+
+#[test]
+fn a_slot_freed_at_the_session_limit_goes_to_a_waiting_transfer_at_once() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    s.cfg.global.max_peers = 1;
+    for i in 0..50 {
+        add_checked(&mut s, i, now);
+    }
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    s.handle_timeout(now);
+    let conn = connect(&mut s, a, peer(1), 1, now);
+    // Transfer b has a peer and no room in the session for it.
+    s.add_peers(b, Proto::Bt, &[peer(2)], Source::Manual, now);
+    s.handle_timeout(now);
+    assert!(dials(&mut s).is_empty());
+    // a's connection ends: b's peer is dialled in the same call, not
+    // at a later pass.
+    s.closed(conn, None, now + Duration::from_millis(1));
+    assert_eq!(
+        dials(&mut s)
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect::<Vec<_>>(),
+        vec![peer(2)]
+    );
+}

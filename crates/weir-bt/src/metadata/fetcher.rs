@@ -65,6 +65,15 @@ pub enum FetchDrop {
     /// Too many data messages nobody asked for.
     #[error("ut_metadata: too many unsolicited pieces")]
     Unsolicited,
+    /// Its requests failed `max_failures` times, the last by timing out:
+    /// nothing more is asked of it, so the connection (and whatever slot
+    /// it holds in the runtime) is better given to another peer. Not a
+    /// lie: no ban.
+    #[error("ut_metadata: {failures} requests timed out or were rejected")]
+    Unresponsive {
+        /// Requests that timed out or were rejected.
+        failures: u32,
+    },
 }
 
 /// Something the runtime must act on.
@@ -342,7 +351,7 @@ impl MetadataFetcher {
         }
         let timeout = self.cfg.request_timeout;
         let mut released = Vec::new();
-        for p in self.peers.values_mut() {
+        for (&peer, p) in self.peers.iter_mut() {
             let expired: Vec<u32> = p
                 .outstanding
                 .iter()
@@ -357,8 +366,14 @@ impl MetadataFetcher {
                 self.stats.timeouts += 1;
                 released.push(piece);
             }
-            if p.failures >= self.cfg.max_failures {
+            if p.failures >= self.cfg.max_failures && !p.dead {
                 p.dead = true;
+                self.events.push_back(FetchEvent::Drop {
+                    peer,
+                    reason: FetchDrop::Unresponsive {
+                        failures: p.failures,
+                    },
+                });
             }
             if p.benched_until.is_some_and(|t| now >= t) {
                 p.benched_until = None;

@@ -372,6 +372,30 @@ fn silent_and_rejecting_peers_are_routed_around() {
 }
 
 #[test]
+fn a_peer_whose_requests_keep_timing_out_is_dropped_once_as_unresponsive() {
+    let info = info_dict(3000);
+    let ih = hash(&info);
+    let size = info.len() as u64;
+    let mut w = World::new(ih, FetcherConfig::default());
+    // The only peer never answers: once its requests have failed
+    // max_failures times the runtime is told to let it go (it would
+    // otherwise hold its dial slot until the whole fetch times out).
+    assert!(w.join(1, size, Behaviour::Silent));
+    for _ in 0..40 {
+        w.advance(Duration::from_secs(5));
+    }
+    assert_eq!(
+        w.dropped(),
+        vec![(1, FetchDrop::Unresponsive { failures: 4 })]
+    );
+    assert!(w.f.result().is_none());
+    // Its place goes to a peer that serves, and the fetch completes.
+    w.f.remove_peer(1, w.now);
+    assert!(w.join(2, size, Behaviour::Serve(info)));
+    assert!(w.f.result().unwrap().is_ok());
+}
+
+#[test]
 fn unsolicited_data_floods_drop_the_peer() {
     let info = info_dict(3000);
     let ih = hash(&info);

@@ -467,6 +467,15 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
 /// A tracker that answers every announce but `stopped`, which it takes and
 /// never answers; the request lines it got.
 async fn tracker_silent_at_stop() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    tracker_holding("event=stopped").await
+}
+
+/// An HTTP tracker that logs each request line, never answers requests
+/// whose line holds `hold_if` (keeping them open), and answers the rest
+/// with no peers.
+async fn tracker_holding(
+    hold_if: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -487,9 +496,9 @@ async fn tracker_silent_at_stop() -> (SocketAddr, std::sync::Arc<std::sync::Mute
                 .next()
                 .unwrap_or_default()
                 .to_string();
-            let stopped = line.contains("event=stopped");
+            let hold = line.contains(hold_if);
             kept.lock().unwrap().push(line);
-            if stopped {
+            if hold {
                 held.push(s);
                 continue;
             }
@@ -548,6 +557,49 @@ async fn a_tracker_silent_at_stop_holds_a_stop_once_not_per_torrent() {
         assert_eq!(count("event=stopped"), N, "not every torrent sent stopped");
         // One stop's bound (5 s and a second's grace), not one per torrent.
         assert!(took < Duration::from_secs(9), "stopping took {took:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A stop while a torrent's announce is still out (here a tracker that
+/// never answers `started`) cuts that announce short and still tells the
+/// tracker `stopped`, within the stop's bound: the announce held the
+/// announcer until the engine's stop gave up on it, and `stopped` was
+/// never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_unanswered_announce_still_says_stopped() {
+    tokio::time::timeout(LIMIT, async {
+        let (tracker, log) = tracker_holding("event=started").await;
+        let mut cfg = config();
+        cfg.use_trackers = true;
+        let e = Engine::start(cfg).await.unwrap();
+        let src = tmp("held-src");
+        let meta = torrent_with(
+            &src,
+            64 * 1024,
+            vec![vec![format!("http://{tracker}/announce")]],
+        );
+        let dst = tmp("held-dst");
+        e.add_torrent(download_source(meta, &dst, Vec::new()))
+            .await
+            .unwrap();
+        let count = |event: &str| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(event))
+                .count()
+        };
+        until(Duration::from_secs(20), "the torrent announced", || {
+            count("event=started") == 1
+        })
+        .await;
+        let start = Instant::now();
+        stop(e).await;
+        let took = start.elapsed();
+        assert_eq!(count("event=stopped"), 1, "stopped was not announced");
+        assert!(took < Duration::from_secs(4), "stopping took {took:?}");
     })
     .await
     .unwrap();

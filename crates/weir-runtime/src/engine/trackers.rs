@@ -151,7 +151,19 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
     let mut completed_sent = ctx.standing.borrow().seed;
     let mut failures = 0u32;
     loop {
-        let wait = match announce(&mut ctx, event).await {
+        // A stop while an announce is out (a tracker slow to answer, or
+        // its peers waiting for room in the driver's channel) ends that
+        // announce: the tracker still hears `stopped`, in the stop's time.
+        let answer = tokio::select! {
+            r = announce(&mut ctx, event) => r,
+            _ = &mut stop => {
+                // A `completed` cut short is said again.
+                let cut = event == Some(AnnounceEvent::Completed);
+                stopping(&mut ctx, completed_sent && !cut).await;
+                return;
+            }
+        };
+        let wait = match answer {
             Ok(interval) => {
                 failures = 0;
                 event = None;
@@ -170,17 +182,7 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
                 _ = &mut sleep => break,
                 _ = ctx.again.notified() => break,
                 _ = &mut stop => {
-                    // A download that ends the run completes and stops at
-                    // once (the engine publishes the completion, then stops
-                    // its announcers): both wake this select, which may take
-                    // the stop first. The tracker hears `completed` before
-                    // `stopped` either way, each bounded by half the stop
-                    // time.
-                    let half = STOP_TIMEOUT / 2;
-                    if ctx.standing.borrow().seed && !completed_sent {
-                        let _ = tokio::time::timeout(half, announce(&mut ctx, Some(AnnounceEvent::Completed))).await;
-                    }
-                    let _ = tokio::time::timeout(half, announce(&mut ctx, Some(AnnounceEvent::Stopped))).await;
+                    stopping(&mut ctx, completed_sent).await;
                     return;
                 }
                 changed = ctx.standing.changed() => {
@@ -197,6 +199,19 @@ async fn run(mut ctx: Ctx, mut stop: tokio::sync::oneshot::Receiver<()>) {
             }
         }
     }
+}
+
+/// The announces of a stop. A download that ends the run completes and
+/// stops at once (the engine publishes the completion, then stops its
+/// announcers): both wake the task, which may see the stop first. The
+/// tracker hears `completed` before `stopped` either way, each bounded by
+/// half the stop time.
+async fn stopping(ctx: &mut Ctx, completed_sent: bool) {
+    let half = STOP_TIMEOUT / 2;
+    if ctx.standing.borrow().seed && !completed_sent {
+        let _ = tokio::time::timeout(half, announce(ctx, Some(AnnounceEvent::Completed))).await;
+    }
+    let _ = tokio::time::timeout(half, announce(ctx, Some(AnnounceEvent::Stopped))).await;
 }
 
 /// Announces along the tiers (BEP 12): the first tracker that answers is

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use weir_core::policy::NetPolicy;
 use weir_ed2k::Md4Hash;
 use weir_ed2k::packet::{Decoder, Limits};
-use weir_ed2k::server::{ClientToServer, ServerConfig};
+use weir_ed2k::server::{ClientToServer, ServerConfig, ServerToClient};
 use weir_runtime::ed2k::{Ed2kServer, ServerOptions};
 
 /// Every test ends within this, or fails.
@@ -146,6 +146,67 @@ async fn ed2k_server_limits_connections_per_ip_and_logins_in_time() {
         assert!(
             (Duration::from_millis(900)..Duration::from_secs(5)).contains(&took),
             "{took:?}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A logged-in client that says nothing more is closed after the idle
+/// timeout even while the server keeps writing to it (here another
+/// client's callback requests): each write restarted the timer, so such a
+/// client held its connection and index entries for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ed2k_server_closes_a_silent_client_it_keeps_writing_to() {
+    tokio::time::timeout(LIMIT, async {
+        let mut opts = ServerOptions::new(NetPolicy::loopback(), ServerConfig::default());
+        opts.idle_timeout = Duration::from_secs(1);
+        let addr = ed2k_server(opts).await;
+        let connect_from = |ip: &str| {
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+            sock.connect(addr)
+        };
+        let mut silent = connect_from("127.0.0.3").await.unwrap();
+        silent.write_all(&c2s(&login())).await.unwrap();
+        let mut asker = connect_from("127.0.0.4").await.unwrap();
+        asker.write_all(&c2s(&login())).await.unwrap();
+        let target = weir_ed2k::client::hello::ip_to_id("127.0.0.3".parse().unwrap());
+        let ask = c2s(&ClientToServer::CallbackRequest { id: target });
+        // The asker asks for a callback from the silent one every 200 ms
+        // (it is active, so it stays); the silent one reads what comes.
+        let t = tokio::time::Instant::now();
+        let mut dec = Decoder::new(Limits::CLIENT);
+        let mut buf = BytesMut::new();
+        let mut callbacks = 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let closed_after = loop {
+            tokio::select! {
+                r = silent.read_buf(&mut buf) => match r {
+                    Ok(0) | Err(_) => break t.elapsed(),
+                    Ok(_) => {
+                        while let Some(p) = dec.decode(&mut buf).unwrap() {
+                            if matches!(
+                                ServerToClient::decode(&p),
+                                Ok(ServerToClient::CallbackRequested { .. })
+                            ) {
+                                callbacks += 1;
+                            }
+                        }
+                    }
+                },
+                _ = tick.tick() => {
+                    assert!(t.elapsed() < Duration::from_secs(8), "the silent client was kept");
+                    asker.write_all(&ask).await.unwrap();
+                }
+            }
+        };
+        // It was written to all along, and closed after the idle
+        // timeout, not before.
+        assert!(callbacks >= 2, "{callbacks} callback requests reached it");
+        assert!(
+            (Duration::from_millis(900)..Duration::from_secs(4)).contains(&closed_after),
+            "{closed_after:?}"
         );
     })
     .await

@@ -177,6 +177,10 @@ async fn serve(
     // Control traffic only: 64 KiB reads are plenty.
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut logged_in = false;
+    // The client's last message (or its connection): the timers count
+    // from it, never from what the server sends, or a silent client that
+    // others' callback requests keep writing to would stay for good.
+    let mut heard = tokio::time::Instant::now();
     let reason = 'outer: loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 << 10);
@@ -187,7 +191,7 @@ async fn serve(
             opts.login_timeout
         };
         let read = tokio::select! {
-            r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
+            r = tokio::time::timeout_at(heard + wait, rd.read_buf(&mut buf)) => r,
             () = kill.notified() => break NOT_READING.to_string(),
             e = ev_rx.recv() => match e {
                 Some(ConnEvent::Sent { .. }) => continue,
@@ -198,7 +202,7 @@ async fn serve(
             Err(_) if logged_in => break "idle".to_string(),
             Err(_) => break "no login".to_string(),
             Ok(Ok(0)) => break "eof".to_string(),
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => heard = tokio::time::Instant::now(),
             Ok(Err(e)) => break e.to_string(),
         }
         loop {

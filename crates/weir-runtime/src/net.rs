@@ -248,6 +248,33 @@ pub async fn listen_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// [`listen_tcp`], except that the unspecified IPv4 address binds `[::]`
+/// for IPv6 and IPv4 alike (`IPV6_V6ONLY` off) where the host has IPv6,
+/// as libtorrent and Transmission listen on both: a peer reachable only
+/// over IPv6 can then reach us. IPv4 peers are accepted at their plain
+/// IPv4 addresses ([`accept_loop`], [`accept_tcp`]).
+pub async fn listen_tcp_all(addr: SocketAddr) -> io::Result<TcpListener> {
+    if addr.ip() == IpAddr::V4(Ipv4Addr::UNSPECIFIED) {
+        match listen_dual(addr.port()) {
+            Ok(l) => return Ok(l),
+            Err(e) => tracing::debug!("TCP on [::]:{}: {e}; IPv4 only", addr.port()),
+        }
+    }
+    listen_tcp(addr).await
+}
+
+fn listen_dual(port: u16) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_only_v6(false)?;
+    // As tokio's own bind: a restarted client takes its port back at once.
+    s.set_reuse_address(true)?;
+    s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    TcpListener::from_std(s.into())
+}
+
 /// Accepts the next connection whose peer address the policy allows;
 /// connections from other addresses are closed at once and logged.
 pub async fn accept_tcp(
@@ -256,6 +283,7 @@ pub async fn accept_tcp(
 ) -> io::Result<(TcpStream, SocketAddr)> {
     loop {
         let (stream, addr) = listener.accept().await?;
+        let addr = unmapped(addr);
         if refuse(policy, addr, "incoming connection from").is_ok() {
             return Ok((stream, addr));
         }
@@ -326,6 +354,7 @@ where
     loop {
         match listener.accept().await {
             Ok((stream, addr)) => {
+                let addr = unmapped(addr);
                 backoff = Duration::ZERO;
                 if refuse(policy, addr, "incoming connection from").is_err() {
                     drop(stream);
@@ -354,10 +383,18 @@ where
 
 /// A UDP socket that checks every destination and every source against the
 /// policy.
+///
+/// On an IPv6 socket that also carries IPv4 (bound on `[::]`, see
+/// [`PolicedUdp::bind_dual`]) IPv4 peers are IPv4 addresses to the
+/// callers both ways: a destination is written in its IPv4-mapped form
+/// ([`PolicedUdp::wire`]) and a source read back in its plain one, so a
+/// peer has one address whichever socket it came through.
 #[derive(Debug)]
 pub struct PolicedUdp {
     sock: UdpSocket,
     policy: NetPolicy,
+    /// An IPv6 socket: IPv4 destinations are mapped.
+    v6: bool,
 }
 
 impl PolicedUdp {
@@ -366,7 +403,37 @@ impl PolicedUdp {
         Ok(Self {
             sock: UdpSocket::bind(addr).await?,
             policy: policy.clone(),
+            v6: addr.is_ipv6(),
         })
+    }
+
+    /// Binds `[::]:port` for IPv6 and IPv4 alike (`IPV6_V6ONLY` off):
+    /// what an unspecified IPv4 address means for a socket that must
+    /// reach every peer, as libtorrent and Transmission listen on both.
+    /// Fails where the host has no IPv6 (the caller then binds IPv4).
+    pub fn bind_dual(policy: &NetPolicy, port: u16) -> io::Result<Self> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_only_v6(false)?;
+        s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        s.set_nonblocking(true)?;
+        Ok(Self {
+            sock: UdpSocket::from_std(s.into())?,
+            policy: policy.clone(),
+            v6: true,
+        })
+    }
+
+    /// `to` as this socket's family writes it: an IPv4 address becomes
+    /// IPv4-mapped on an IPv6 socket (Linux also takes it plain on a
+    /// dual-stack socket; other systems refuse it).
+    pub fn wire(&self, to: SocketAddr) -> SocketAddr {
+        match to {
+            SocketAddr::V4(a) if self.v6 => {
+                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            a => a,
+        }
     }
 
     /// Binds the port of the multicast `group` (with `SO_REUSEADDR` and
@@ -423,6 +490,8 @@ impl PolicedUdp {
         Ok(Self {
             sock: UdpSocket::from_std(s.into())?,
             policy: policy.clone(),
+            // IPv6 groups are joined on an IPv6-only socket.
+            v6: false,
         })
     }
 
@@ -433,19 +502,20 @@ impl PolicedUdp {
         // Straight to the (non-blocking) socket: tokio's `try_send_to`
         // answers WouldBlock until the reactor has seen the socket
         // writable once, which drops a fresh socket's first datagram.
-        socket2::SockRef::from(&self.sock).send_to(buf, &to.into())
+        socket2::SockRef::from(&self.sock).send_to(buf, &self.wire(to).into())
     }
 
     /// Sends a datagram if the policy allows its destination.
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         refuse(&self.policy, to, "datagram to")?;
-        self.sock.send_to(buf, to).await
+        self.sock.send_to(buf, self.wire(to)).await
     }
 
     /// Receives the next datagram from an allowed source (others are dropped).
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         loop {
             let (n, from) = self.sock.recv_from(buf).await?;
+            let from = unmapped(from);
             if self.policy.allows(from.ip()) {
                 return Ok((n, from));
             }
@@ -468,6 +538,7 @@ impl PolicedUdp {
     /// either), `Err(WouldBlock)` when none is waiting.
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
         let (n, from) = self.sock.try_recv_from(buf)?;
+        let from = unmapped(from);
         if self.policy.allows(from.ip()) {
             Ok(Some((n, from)))
         } else {
@@ -491,6 +562,18 @@ impl PolicedUdp {
     /// receiving go through the checked methods.
     pub fn as_socket(&self) -> &UdpSocket {
         &self.sock
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is (what a
+/// dual-stack socket reports for an IPv4 peer); any other as it is.
+pub fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(ip) => SocketAddr::new(IpAddr::V4(ip), v6.port()),
+            None => a,
+        },
+        a => a,
     }
 }
 
@@ -680,5 +763,20 @@ mod tests {
         let (c, a) = tokio::join!(connect_tcp(&policy, addr), accept_tcp(&policy, &l));
         assert!(c.is_ok());
         assert!(a.unwrap().1.ip().is_loopback());
+    }
+
+    /// The unspecified IPv4 address listens for both families; an IPv4
+    /// peer is accepted at its plain address, not `::ffff:127.0.0.1`.
+    #[tokio::test]
+    async fn the_unspecified_address_accepts_ipv6_and_ipv4_at_plain_addresses() {
+        let policy = NetPolicy::loopback();
+        let l = listen_tcp_all("0.0.0.0:0".parse().unwrap()).await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        for ip in ["::1", "127.0.0.1"] {
+            let to = SocketAddr::new(ip.parse().unwrap(), port);
+            let (c, a) = tokio::join!(connect_tcp(&policy, to), accept_tcp(&policy, &l));
+            let c = c.unwrap();
+            assert_eq!(a.unwrap().1, c.local_addr().unwrap());
+        }
     }
 }

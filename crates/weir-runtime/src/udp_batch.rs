@@ -106,8 +106,10 @@ impl BatchSender {
         G: Fn(&T) -> (SocketAddr, &[u8]),
     {
         self.addrs.clear();
-        self.addrs
-            .extend(run.iter().map(|t| socket2::SockAddr::from(get(t).0)));
+        self.addrs.extend(
+            run.iter()
+                .map(|t| socket2::SockAddr::from(sock.wire(get(t).0))),
+        );
         let addrs = &self.addrs;
         let s = sock.as_socket();
         s.async_io(tokio::io::Interest::WRITABLE, || {
@@ -205,6 +207,7 @@ impl RecvBatch {
         })?;
         for (slot, &(len, flags, from)) in self.raw.iter().enumerate() {
             let Some(from) = from else { continue };
+            let from = crate::net::unmapped(from);
             if !sock.allows(from) {
                 tracing::debug!("datagram from {from} dropped: outside network policy");
                 continue;

@@ -376,7 +376,7 @@ impl Engine {
     pub async fn start(mut cfg: EngineConfig) -> Result<Engine, EngineError> {
         let bt = match cfg.bt_listen {
             Some(addr) => Some(
-                crate::net::listen_tcp(addr)
+                crate::net::listen_tcp_all(addr)
                     .await
                     .map_err(|source| EngineError::Listen { addr, source })?,
             ),
@@ -390,7 +390,16 @@ impl Engine {
             ),
             None => None,
         };
-        let bt_addr = bt.as_ref().and_then(|l| l.local_addr().ok());
+        // As asked: 0.0.0.0 stays 0.0.0.0 when `[::]` was bound for it.
+        let bt_addr = bt
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| match cfg.bt_listen {
+                Some(asked) if a.is_ipv6() && asked.is_ipv4() => {
+                    SocketAddr::new(asked.ip(), a.port())
+                }
+                _ => a,
+            });
         let ed2k_addr = ed2k.as_ref().and_then(|l| l.local_addr().ok());
         cfg.session.bt_port = bt_addr.map(|a| a.port());
         cfg.session.ed2k_port = ed2k_addr.map_or(0, |a| a.port());

@@ -145,7 +145,7 @@ impl Udp {
         addr: SocketAddr,
         utp: Option<crate::utp::UtpConfig>,
     ) -> io::Result<Udp> {
-        let sock = Arc::new(PolicedUdp::bind(policy, addr).await?);
+        let sock = Arc::new(bind_socket(policy, addr).await?);
         let local = sock.local_addr()?;
         let counters = Arc::new(Counters::default());
         let (in_tx, rx) = mpsc::channel(RECV_QUEUE);
@@ -260,6 +260,20 @@ impl Drop for Udp {
             t.abort();
         }
     }
+}
+
+/// Binds `addr`; the unspecified IPv4 address binds `[::]` for IPv6 and
+/// IPv4 alike where the host has IPv6, so uTP and the DHT reach IPv6
+/// peers too (an IPv4 socket cannot send to them: a uTP dial to `[::1]`
+/// failed unseen).
+async fn bind_socket(policy: &NetPolicy, addr: SocketAddr) -> io::Result<PolicedUdp> {
+    if addr.ip() == std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED) {
+        match PolicedUdp::bind_dual(policy, addr.port()) {
+            Ok(s) => return Ok(s),
+            Err(e) => tracing::debug!("UDP on [::]:{}: {e}; IPv4 only", addr.port()),
+        }
+    }
+    PolicedUdp::bind(policy, addr).await
 }
 
 /// Reads batches and sorts them (see the module docs).
@@ -447,6 +461,36 @@ mod tests {
             ),
             (4, 1, 1, 1, 1)
         );
+    }
+
+    /// The socket an unspecified IPv4 address binds carries IPv6 too:
+    /// datagrams to and from `[::1]` and `127.0.0.1` both go, and an IPv4
+    /// peer is seen and answered at its plain IPv4 address.
+    #[tokio::test]
+    async fn the_unspecified_address_reaches_ipv4_and_ipv6_peers() {
+        let policy = NetPolicy::loopback();
+        let mut u = Udp::bind(&policy, "0.0.0.0:0".parse().unwrap())
+            .await
+            .unwrap();
+        let port = u.local_addr().port();
+        for (peer_at, ours) in [("127.0.0.1:0", "127.0.0.1"), ("[::1]:0", "::1")] {
+            let peer = tokio::net::UdpSocket::bind(peer_at).await.unwrap();
+            let to = SocketAddr::new(ours.parse().unwrap(), port);
+            peer.send_to(b"d1:y1:qe", to).await.unwrap();
+            let b = next_batch(&mut u).await;
+            assert_eq!(b[0].from, peer.local_addr().unwrap(), "seen as sent from");
+            // Answered at that address, through the sending path.
+            u.send(b[0].from, b"d1:y1:re".to_vec());
+            let mut buf = [0u8; 64];
+            let (n, from) = tokio::time::timeout(Duration::from_secs(10), peer.recv_from(&mut buf))
+                .await
+                .expect("an answer within 10 s")
+                .unwrap();
+            assert_eq!(&buf[..n], b"d1:y1:re");
+            assert_eq!(from.port(), port);
+        }
+        let s = u.stats();
+        assert_eq!((s.sent, s.send_errors), (2, 0));
     }
 
     #[tokio::test]

@@ -464,12 +464,6 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
     .unwrap();
 }
 
-/// A tracker that answers every announce but `stopped`, which it takes and
-/// never answers; the request lines it got.
-async fn tracker_silent_at_stop() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    tracker_holding("event=stopped").await
-}
-
 /// An HTTP tracker that logs each request line, never answers requests
 /// whose line holds `hold_if` (keeping them open), and answers the rest
 /// with no peers.
@@ -515,6 +509,48 @@ async fn tracker_holding(
     (addr, log)
 }
 
+/// `n` torrents of an engine announce to a tracker holding the requests
+/// whose line holds `hold_if`; once each has sent `started` the engine is
+/// stopped: how many `stopped` the tracker heard, and how long the stop
+/// took.
+async fn stop_with_tracker_holding(
+    hold_if: &'static str,
+    n: usize,
+    tag: &str,
+) -> (usize, Duration) {
+    let (tracker, log) = tracker_holding(hold_if).await;
+    let mut cfg = config();
+    cfg.use_trackers = true;
+    let e = Engine::start(cfg).await.unwrap();
+    for i in 0..n {
+        let src = tmp(&format!("{tag}-src-{i}"));
+        let meta = torrent_with(
+            &src,
+            64 * 1024 + i,
+            vec![vec![format!("http://{tracker}/announce")]],
+        );
+        let dst = tmp(&format!("{tag}-dst-{i}"));
+        e.add_torrent(download_source(meta, &dst, Vec::new()))
+            .await
+            .unwrap();
+    }
+    let count = |event: &str| {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(event))
+            .count()
+    };
+    until(Duration::from_secs(20), "every torrent announced", || {
+        count("event=started") == n
+    })
+    .await;
+    let start = Instant::now();
+    stop(e).await;
+    let took = start.elapsed();
+    (count("event=stopped"), took)
+}
+
 /// An engine of many torrents whose tracker never answers `stopped` stops
 /// in one stop's bounded time, having sent every torrent's `stopped`: the
 /// announcers were stopped one after another, each waiting out its
@@ -524,37 +560,8 @@ async fn tracker_holding(
 async fn a_tracker_silent_at_stop_holds_a_stop_once_not_per_torrent() {
     tokio::time::timeout(LIMIT, async {
         const N: usize = 12;
-        let (tracker, log) = tracker_silent_at_stop().await;
-        let mut cfg = config();
-        cfg.use_trackers = true;
-        let e = Engine::start(cfg).await.unwrap();
-        for i in 0..N {
-            let src = tmp(&format!("silent-src-{i}"));
-            let meta = torrent_with(
-                &src,
-                64 * 1024 + i,
-                vec![vec![format!("http://{tracker}/announce")]],
-            );
-            let dst = tmp(&format!("silent-dst-{i}"));
-            e.add_torrent(download_source(meta, &dst, Vec::new()))
-                .await
-                .unwrap();
-        }
-        let count = |event: &str| {
-            log.lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains(event))
-                .count()
-        };
-        until(Duration::from_secs(20), "every torrent announced", || {
-            count("event=started") == N
-        })
-        .await;
-        let start = Instant::now();
-        stop(e).await;
-        let took = start.elapsed();
-        assert_eq!(count("event=stopped"), N, "not every torrent sent stopped");
+        let (stopped, took) = stop_with_tracker_holding("event=stopped", N, "silent").await;
+        assert_eq!(stopped, N, "not every torrent sent stopped");
         // One stop's bound (5 s and a second's grace), not one per torrent.
         assert!(took < Duration::from_secs(9), "stopping took {took:?}");
     })
@@ -570,35 +577,8 @@ async fn a_tracker_silent_at_stop_holds_a_stop_once_not_per_torrent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_during_an_unanswered_announce_still_says_stopped() {
     tokio::time::timeout(LIMIT, async {
-        let (tracker, log) = tracker_holding("event=started").await;
-        let mut cfg = config();
-        cfg.use_trackers = true;
-        let e = Engine::start(cfg).await.unwrap();
-        let src = tmp("held-src");
-        let meta = torrent_with(
-            &src,
-            64 * 1024,
-            vec![vec![format!("http://{tracker}/announce")]],
-        );
-        let dst = tmp("held-dst");
-        e.add_torrent(download_source(meta, &dst, Vec::new()))
-            .await
-            .unwrap();
-        let count = |event: &str| {
-            log.lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains(event))
-                .count()
-        };
-        until(Duration::from_secs(20), "the torrent announced", || {
-            count("event=started") == 1
-        })
-        .await;
-        let start = Instant::now();
-        stop(e).await;
-        let took = start.elapsed();
-        assert_eq!(count("event=stopped"), 1, "stopped was not announced");
+        let (stopped, took) = stop_with_tracker_holding("event=started", 1, "held").await;
+        assert_eq!(stopped, 1, "stopped was not announced");
         assert!(took < Duration::from_secs(4), "stopping took {took:?}");
     })
     .await

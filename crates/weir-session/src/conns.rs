@@ -124,13 +124,11 @@ impl Session {
             self.forget_conn(conn, now, Some(e.to_string()));
         }
         // A dial's half-open slot is free: a pass for its transfer (or
-        // every transfer, when one waits on the session's limits).
-        let transfer = self
-            .conns
-            .get(&conn)
-            .and_then(|c| c.transfer)
-            .or(c.transfer);
-        self.arm_dial_after(transfer, now);
+        // every transfer, when one waits on the session's limits). An
+        // accepted connection held none.
+        if c.outgoing {
+            self.arm_dial_after(c.transfer, now);
+        }
         self.dial_due(now);
         r
     }
@@ -351,7 +349,12 @@ impl Session {
         // `closed` back, and without this the peer was never dialled again
         // once the pass timer had nothing else to wait for: a download
         // whose only peer went idle for 3 minutes stopped for good.
-        self.arm_dial_after(c.transfer, now);
+        // An accepted connection that never became a transfer's peer held
+        // no dial room: nothing to pass over (a flood of junk connections
+        // must not buy a walk over every transfer each).
+        if c.outgoing || c.transfer.is_some() {
+            self.arm_dial_after(c.transfer, now);
+        }
     }
 
     /// Arms the dial pass a freed slot of `transfer` calls for: that

@@ -159,3 +159,37 @@ fn a_slot_freed_at_the_session_limit_goes_to_a_waiting_transfer_at_once() {
         vec![peer(2)]
     );
 }
+
+#[test]
+fn accepted_connections_that_never_become_peers_cost_no_dial_pass() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    for i in 0..300 {
+        add_checked(&mut s, i, now);
+    }
+    let later = now + Duration::from_secs(1);
+    while s.poll_timeout().is_some_and(|t| t <= later) {
+        s.handle_timeout(later);
+    }
+    let before = s.dial_visits;
+    // A flood of connections that close during their handshake, and one
+    // whose handshake names no torrent of ours: they held no dial room, so
+    // none buys a walk over the 300 transfers (each cost 300 visits).
+    for i in 0..50 {
+        let conn = s.incoming(Proto::Bt, peer(100 + i), later).unwrap();
+        s.closed(conn, Some("bad handshake".into()), later);
+    }
+    let conn = s.incoming(Proto::Bt, peer(200), later).unwrap();
+    assert!(
+        s.established(
+            conn,
+            Established::Bt {
+                theirs: their_handshake(250, 9),
+                preamble_sent: false,
+            },
+            later,
+        )
+        .is_err()
+    );
+    assert_eq!(s.dial_visits - before, 0);
+}

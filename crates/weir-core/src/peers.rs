@@ -696,7 +696,9 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn canonical_addr(a: SocketAddr) -> SocketAddr {
+/// [`canonical`] for a socket address: what a dual-stack socket reports
+/// for an IPv4 peer, as that peer's plain address.
+pub fn canonical_addr(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(canonical(a.ip()), a.port())
 }
 

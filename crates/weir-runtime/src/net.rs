@@ -20,6 +20,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use weir_core::peers::canonical_addr;
 use weir_core::policy::NetPolicy;
 
 /// Why a host could not be turned into socket addresses.
@@ -283,7 +284,7 @@ pub async fn accept_tcp(
 ) -> io::Result<(TcpStream, SocketAddr)> {
     loop {
         let (stream, addr) = listener.accept().await?;
-        let addr = unmapped(addr);
+        let addr = canonical_addr(addr);
         if refuse(policy, addr, "incoming connection from").is_ok() {
             return Ok((stream, addr));
         }
@@ -354,7 +355,7 @@ where
     loop {
         match listener.accept().await {
             Ok((stream, addr)) => {
-                let addr = unmapped(addr);
+                let addr = canonical_addr(addr);
                 backoff = Duration::ZERO;
                 if refuse(policy, addr, "incoming connection from").is_err() {
                     drop(stream);
@@ -515,7 +516,7 @@ impl PolicedUdp {
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         loop {
             let (n, from) = self.sock.recv_from(buf).await?;
-            let from = unmapped(from);
+            let from = canonical_addr(from);
             if self.policy.allows(from.ip()) {
                 return Ok((n, from));
             }
@@ -538,7 +539,7 @@ impl PolicedUdp {
     /// either), `Err(WouldBlock)` when none is waiting.
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
         let (n, from) = self.sock.try_recv_from(buf)?;
-        let from = unmapped(from);
+        let from = canonical_addr(from);
         if self.policy.allows(from.ip()) {
             Ok(Some((n, from)))
         } else {
@@ -562,18 +563,6 @@ impl PolicedUdp {
     /// receiving go through the checked methods.
     pub fn as_socket(&self) -> &UdpSocket {
         &self.sock
-    }
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is (what a
-/// dual-stack socket reports for an IPv4 peer); any other as it is.
-pub fn unmapped(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(ip) => SocketAddr::new(IpAddr::V4(ip), v6.port()),
-            None => a,
-        },
-        a => a,
     }
 }
 

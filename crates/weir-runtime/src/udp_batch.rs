@@ -207,7 +207,7 @@ impl RecvBatch {
         })?;
         for (slot, &(len, flags, from)) in self.raw.iter().enumerate() {
             let Some(from) = from else { continue };
-            let from = crate::net::unmapped(from);
+            let from = weir_core::peers::canonical_addr(from);
             if !sock.allows(from) {
                 tracing::debug!("datagram from {from} dropped: outside network policy");
                 continue;

@@ -548,6 +548,26 @@ mod tests {
 
     const IH: [u8; 20] = [0x5a; 20];
 
+    /// A peer's side of the hello: `h`, then an extension handshake with
+    /// ut_metadata on id 3 and `metadata_size` `size`.
+    fn hello(h: Handshake, size: Option<u64>) -> BytesMut {
+        let mut out = BytesMut::new();
+        h.encode(&mut out);
+        let mut ext = ExtHandshake {
+            metadata_size: size,
+            ..Default::default()
+        };
+        ext.m.insert(UT_METADATA.into(), 3);
+        wire::encode(
+            &Message::Extended {
+                id: 0,
+                payload: Bytes::from(ext.encode()),
+            },
+            &mut out,
+        );
+        out
+    }
+
     /// A peer that says it has a 1 MiB info dictionary and records what
     /// the fetcher sends until its first metadata request: whether our
     /// handshake had the DHT bit and the `port` messages before the request.
@@ -560,21 +580,8 @@ mod tests {
         let ours = Handshake::decode(&buf.split_to(Handshake::LEN))
             .unwrap()
             .unwrap();
-        let mut out = BytesMut::new();
         let h = Handshake::new(IH, [0x33; 20]);
-        if their_dht { h.with_dht() } else { h }.encode(&mut out);
-        let mut ext = ExtHandshake {
-            metadata_size: Some(1 << 20),
-            ..Default::default()
-        };
-        ext.m.insert(UT_METADATA.into(), 3);
-        wire::encode(
-            &Message::Extended {
-                id: 0,
-                payload: Bytes::from(ext.encode()),
-            },
-            &mut out,
-        );
+        let out = hello(if their_dht { h.with_dht() } else { h }, Some(1 << 20));
         s.write_all(&out).await.unwrap();
         let (limits, mut ports) = (Limits::new(0), Vec::new());
         loop {
@@ -661,20 +668,7 @@ mod tests {
             assert!(s.read_buf(&mut buf).await.unwrap() > 0, "closed early");
         }
         let _ = buf.split_to(Handshake::LEN);
-        let mut out = BytesMut::new();
-        Handshake::new(ih, [0x33; 20]).encode(&mut out);
-        let mut ext = ExtHandshake {
-            metadata_size: size,
-            ..Default::default()
-        };
-        ext.m.insert(UT_METADATA.into(), 3);
-        wire::encode(
-            &Message::Extended {
-                id: 0,
-                payload: Bytes::from(ext.encode()),
-            },
-            &mut out,
-        );
+        let out = hello(Handshake::new(ih, [0x33; 20]), size);
         s.write_all(&out).await.unwrap();
         (s, buf)
     }

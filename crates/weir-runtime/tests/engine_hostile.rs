@@ -464,51 +464,6 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
     .unwrap();
 }
 
-/// An HTTP tracker that logs each request line, never answers requests
-/// whose line holds `hold_if` (keeping them open), and answers the rest
-/// with no peers.
-async fn tracker_holding(
-    hold_if: &'static str,
-) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let kept = log.clone();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((mut s, _)) = l.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let hold = line.contains(hold_if);
-            kept.lock().unwrap().push(line);
-            if hold {
-                held.push(s);
-                continue;
-            }
-            let body = b"d8:intervali1800e5:peers0:e";
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(head.as_bytes()).await;
-            let _ = s.write_all(body).await;
-            let _ = s.shutdown().await;
-        }
-    });
-    (addr, log)
-}
-
 /// `n` torrents of an engine announce to a tracker holding the requests
 /// whose line holds `hold_if`; once each has sent `started` the engine is
 /// stopped: how many `stopped` the tracker heard, and how long the stop
@@ -518,7 +473,8 @@ async fn stop_with_tracker_holding(
     n: usize,
     tag: &str,
 ) -> (usize, Duration) {
-    let (tracker, log) = tracker_holding(hold_if).await;
+    let (tracker, log) =
+        http_tracker_holding(b"d8:intervali1800e5:peers0:e".to_vec(), Some(hold_if)).await;
     let mut cfg = config();
     cfg.use_trackers = true;
     let e = Engine::start(cfg).await.unwrap();

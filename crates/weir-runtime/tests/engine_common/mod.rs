@@ -335,12 +335,22 @@ pub(crate) fn queued_when_dropped(line: &str) -> u64 {
 /// A fake HTTP tracker on 127.0.0.1 answering every announce with `body`
 /// (a bencoded response); the request lines it got, in order.
 pub(crate) async fn http_tracker(body: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    http_tracker_holding(body, None).await
+}
+
+/// [`http_tracker`], except that requests whose line holds `hold_if` are
+/// logged and never answered (their connections kept open).
+pub(crate) async fn http_tracker_holding(
+    body: Vec<u8>,
+    hold_if: Option<&'static str>,
+) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     use tokio::io::AsyncWriteExt;
     let log = Arc::new(Mutex::new(Vec::new()));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let kept = log.clone();
     tokio::spawn(async move {
+        let mut held = Vec::new();
         while let Ok((mut s, _)) = l.accept().await {
             let mut head = Vec::new();
             let mut buf = [0u8; 1024];
@@ -355,7 +365,12 @@ pub(crate) async fn http_tracker(body: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<St
                 .next()
                 .unwrap_or_default()
                 .to_string();
+            let hold = hold_if.is_some_and(|h| line.contains(h));
             kept.lock().unwrap().push(line);
+            if hold {
+                held.push(s);
+                continue;
+            }
             let resp = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()

@@ -65,7 +65,7 @@ fn rebuild(m: &Metainfo) {
         }
         b
     };
-    b.pieces(info.pieces.clone())
+    b.pieces(info.pieces.to_vec())
         .trackers(m.trackers())
         .private(info.private)
         .comment(m.comment.clone())

@@ -67,14 +67,103 @@ pub struct Info {
     pub name: String,
     /// Bytes per piece (the last piece may be shorter).
     pub piece_length: u32,
-    /// SHA-1 of each piece.
-    pub pieces: Vec<[u8; 20]>,
+    /// SHA-1 of each piece: a view of the info dictionary's own bytes when
+    /// parsed (one copy of the hashes per torrent, shared with storage).
+    pub pieces: PieceHashes,
     /// The files, in torrent order (which is the order of the data).
     pub files: Vec<FileEntry>,
     /// BEP 27: only the torrent's trackers may be used to find peers.
     pub private: bool,
     /// A single-file torrent (`length` key) rather than a `files` list.
     pub single_file: bool,
+}
+
+/// The SHA-1 of every piece, back to back in one shared buffer (a view of
+/// the `pieces` string of the info dictionary it was parsed from).
+///
+/// Cloning shares the buffer; [`PieceHashes::digests`] hands storage the
+/// same bytes. Indexing past the end panics, as for a slice.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PieceHashes(bytes::Bytes);
+
+impl PieceHashes {
+    /// The hashes held back to back in `bytes`; `None` unless its length
+    /// is a multiple of 20.
+    pub fn from_concat(bytes: bytes::Bytes) -> Option<Self> {
+        (bytes.len() % 20 == 0).then_some(Self(bytes))
+    }
+
+    /// Number of hashes.
+    pub fn len(&self) -> usize {
+        self.0.len() / 20
+    }
+
+    /// No hash at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The hash of piece `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<&[u8; 20]> {
+        let at = i.checked_mul(20)?;
+        self.0.get(at..at.checked_add(20)?)?.try_into().ok()
+    }
+
+    /// Every hash, in piece order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8; 20]> + '_ {
+        // Every chunk is 20 bytes long; the fallback is never taken.
+        self.0
+            .chunks_exact(20)
+            .map(|c| c.try_into().unwrap_or(&[0; 20]))
+    }
+
+    /// The hashes as a list of their own.
+    pub fn to_vec(&self) -> Vec<[u8; 20]> {
+        self.iter().copied().collect()
+    }
+
+    /// The hashes back to back.
+    pub fn as_bytes(&self) -> &bytes::Bytes {
+        &self.0
+    }
+
+    /// The digests storage checks pieces against, sharing these bytes.
+    pub fn digests(&self) -> weir_core::storage::Digests {
+        weir_core::storage::Digests::sha1_concat(self.0.clone())
+            .expect("PieceHashes holds whole 20-byte hashes")
+    }
+}
+
+impl std::ops::Index<usize> for PieceHashes {
+    type Output = [u8; 20];
+    fn index(&self, i: usize) -> &[u8; 20] {
+        match self.get(i) {
+            Some(h) => h,
+            None => panic!("piece {i} out of range: {} hashes", self.len()),
+        }
+    }
+}
+
+impl From<Vec<[u8; 20]>> for PieceHashes {
+    fn from(v: Vec<[u8; 20]>) -> Self {
+        Self(bytes::Bytes::from(v.as_flattened().to_vec()))
+    }
+}
+
+impl FromIterator<[u8; 20]> for PieceHashes {
+    fn from_iter<I: IntoIterator<Item = [u8; 20]>>(iter: I) -> Self {
+        let mut v = Vec::new();
+        for h in iter {
+            v.extend_from_slice(&h);
+        }
+        Self(bytes::Bytes::from(v))
+    }
+}
+
+impl std::fmt::Debug for PieceHashes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PieceHashes({} hashes)", self.len())
+    }
 }
 
 /// One file of a torrent.
@@ -179,7 +268,8 @@ impl Metainfo {
             .get(b"info")
             .ok_or_else(|| MetainfoError::MissingKey("info".into()))?;
         let info_d = as_dict(info_v, "info")?;
-        let info = Info::from_dict(info_d)?;
+        let info_bytes = bytes::Bytes::copy_from_slice(info_d.raw);
+        let info = Info::from_dict(info_d, &info_bytes)?;
         let info_hash: [u8; 20] = Sha1::digest(info_d.raw).into();
 
         let announce = opt_string(top, "announce")?;
@@ -211,7 +301,7 @@ impl Metainfo {
             None => None,
         };
         Ok(Metainfo {
-            info_bytes: Some(bytes::Bytes::copy_from_slice(info_d.raw)),
+            info_bytes: Some(info_bytes),
             info_hash,
             info,
             announce: announce.filter(|s| !s.is_empty()),
@@ -242,8 +332,14 @@ impl Info {
     /// Parses and checks a bare `info` dictionary (as fetched from peers by
     /// BEP 9); the caller compares its SHA-1 with the expected info-hash.
     pub fn from_bytes(raw: &[u8]) -> Result<Info> {
+        Info::from_shared(&bytes::Bytes::copy_from_slice(raw))
+    }
+
+    /// [`Info::from_bytes`] on bytes the caller keeps (as a metainfo's
+    /// `info_bytes`): the piece hashes are a view of them, not a copy.
+    pub fn from_shared(raw: &bytes::Bytes) -> Result<Info> {
         let v = weir_bencode::decode(raw)?;
-        Info::from_dict(as_dict(&v, "info")?)
+        Info::from_dict(as_dict(&v, "info")?, raw)
     }
 
     /// Total payload length in bytes.
@@ -267,7 +363,9 @@ impl Info {
         (total - start).min(u64::from(self.piece_length)) as u32
     }
 
-    fn from_dict(d: &Dict<'_>) -> Result<Info> {
+    /// `raw` holds the same bytes as `d.raw` (the dictionary as it
+    /// appears in the file); the piece hashes are taken as a view of it.
+    fn from_dict(d: &Dict<'_>, raw: &bytes::Bytes) -> Result<Info> {
         let name_raw = match d.get(b"name.utf-8") {
             Some(v) => as_bytes(v, "info.name.utf-8")?,
             None => as_bytes(
@@ -296,14 +394,7 @@ impl Info {
         if pieces_raw.len() % 20 != 0 {
             return Err(MetainfoError::BadPiecesLength(pieces_raw.len()));
         }
-        let pieces: Vec<[u8; 20]> = pieces_raw
-            .chunks_exact(20)
-            .map(|c| {
-                let mut h = [0u8; 20];
-                h.copy_from_slice(c);
-                h
-            })
-            .collect();
+        let pieces = PieceHashes(shared_slice(raw, d.raw, pieces_raw));
 
         let private = match d.get(b"private") {
             None => false,
@@ -374,6 +465,17 @@ impl Info {
             private,
             single_file,
         })
+    }
+}
+
+/// `part` (a slice of `whole`) as the same bytes of `shared`, which holds
+/// a copy of `whole`; a copy of `part` when it is not inside `whole`.
+fn shared_slice(shared: &bytes::Bytes, whole: &[u8], part: &[u8]) -> bytes::Bytes {
+    // Addresses only compare positions; nothing is read through them.
+    let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if shared.len() == whole.len() && end <= whole.len() => shared.slice(start..end),
+        _ => bytes::Bytes::copy_from_slice(part),
     }
 }
 

@@ -85,6 +85,41 @@ fn info_hash_is_sha1_of_info_bytes_as_received() {
     assert!(at > 0);
 }
 
+/// Whether `part` lies inside `whole`'s buffer (shared, not copied).
+fn inside(part: &[u8], whole: &[u8]) -> bool {
+    let (p, w) = (part.as_ptr() as usize, whole.as_ptr() as usize);
+    p >= w && p + part.len() <= w + whole.len()
+}
+
+#[test]
+fn piece_hashes_are_one_shared_copy_of_the_info_dictionary_bytes() {
+    let data = torrent(single(5 * 16384 - 3, 16384, 5));
+    let m = Metainfo::from_bytes(&data).unwrap();
+    let info = m.info_bytes.as_ref().unwrap();
+    let hashes = m.info.pieces.as_bytes();
+    assert_eq!(hashes.len(), 100);
+    assert!(inside(hashes, info), "the hashes are a copy");
+    let want: Vec<u8> = (0..100).map(|i| i as u8).collect();
+    assert_eq!(&hashes[..], &want[..]);
+    // Storage's digests are the same bytes again.
+    let d = m.info.pieces.digests();
+    assert_eq!(d.len(), 5);
+    for i in 0..5 {
+        let h: [u8; 20] = want[i * 20..i * 20 + 20].try_into().unwrap();
+        assert_eq!(m.info.pieces[i], h);
+        assert_eq!(m.info.pieces.get(i), Some(&h));
+        assert_eq!(d.get(i), Some(weir_core::storage::Digest::Sha1(h)));
+    }
+    assert_eq!(m.info.pieces.get(5), None);
+    assert_eq!(d.get(5), None);
+    assert_eq!(d.get(usize::MAX), None);
+    assert_eq!(m.info.pieces.iter().count(), 5);
+    // A bare info dictionary (BEP 9) parsed from kept bytes shares them too.
+    let again = weir_bt::metainfo::Info::from_shared(info).unwrap();
+    assert!(inside(again.pieces.as_bytes(), info));
+    assert_eq!(again, m.info);
+}
+
 #[test]
 fn multi_file_nested_zero_length_and_metadata() {
     let info = multi(
@@ -368,8 +403,23 @@ fn check_parse(data: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> 
             m.total_length().div_ceil(u64::from(info.piece_length))
         );
         let top = weir_bencode::decode(data).unwrap();
-        let raw = top.as_dict().unwrap().get(b"info").unwrap().raw().unwrap();
+        let info_d = top.as_dict().unwrap().get(b"info").unwrap();
+        let raw = info_d.raw().unwrap();
         proptest::prop_assert_eq!(<[u8; 20]>::from(Sha1::digest(raw)), m.info_hash);
+        // The hashes are the `pieces` string, held inside the kept info bytes.
+        let want = info_d
+            .as_dict()
+            .unwrap()
+            .get(b"pieces")
+            .unwrap()
+            .as_bytes()
+            .unwrap();
+        proptest::prop_assert_eq!(&info.pieces.as_bytes()[..], want);
+        proptest::prop_assert!(inside(
+            info.pieces.as_bytes(),
+            m.info_bytes.as_ref().unwrap()
+        ));
+        proptest::prop_assert_eq!(info.pieces.digests().len(), info.pieces.len());
     }
     Ok(())
 }

@@ -190,7 +190,7 @@ impl Session {
                 let Some(digests) = self.ed2k.digests(file) else {
                     return;
                 };
-                let Some(&digest) = digests.get(unit as usize) else {
+                let Some(digest) = digests.get(unit as usize) else {
                     return;
                 };
                 let grid = self.scheme_grid(id, scheme);

@@ -1,12 +1,11 @@
 //! The names, inputs and outputs of a session.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use weir_bt::wire::Handshake;
 use weir_core::close::{BanReason, CloseReason};
-use weir_core::storage::{Digest, StorageOp};
+use weir_core::storage::{Digests, StorageOp};
 
 /// A transfer of the session, stable for its life (the daemon's RPC ids).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -144,7 +143,7 @@ pub enum SessionEvent {
         /// The transfer.
         transfer: TransferId,
         /// The digest of every piece of the transfer's primary grid.
-        digests: Arc<[Digest]>,
+        digests: Digests,
         /// Pieces whose first bytes an earlier run wrote and the transfer
         /// took, `(piece, bytes)`: storage hashes them back before any new
         /// write to those pieces.

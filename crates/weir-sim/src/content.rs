@@ -227,7 +227,7 @@ impl TorrentSpec {
             info: Info {
                 name: name.to_string(),
                 piece_length: geo.piece_len(),
-                pieces: payload.digests(),
+                pieces: payload.digests().into(),
                 files: vec![FileEntry {
                     path: vec![name.to_string()],
                     length: geo.total_len(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use weir_bt::torrent::Torrent;
 use weir_core::bitfield::Bitfield;
 use weir_core::policy::NetPolicy;
-use weir_core::storage::{Digest, StorageEvent, StorageOp};
+use weir_core::storage::{Digests, StorageEvent, StorageOp};
 use weir_ed2k::Md4Hash;
 use weir_session::{
     AddEd2k, AddTorrent, ConnId, LogLevel, Proto, Refused, Session, SessionConfig, SessionEvent,
@@ -814,7 +814,7 @@ impl World {
         self.arm_timer(n);
     }
 
-    fn open_storage(&mut self, n: NodeId, t: TransferId, digests: Arc<[Digest]>) {
+    fn open_storage(&mut self, n: NodeId, t: TransferId, digests: Digests) {
         let node = &mut self.nodes[n];
         let geo = match node.session.torrent(t) {
             Some(tor) => *tor.geometry(),

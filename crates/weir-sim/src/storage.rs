@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weir_core::geometry::Geometry;
-use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
+use weir_core::storage::{Digests, PieceVerifier, StorageEvent, StorageOp};
 
 use crate::content::Payload;
 
@@ -78,7 +78,7 @@ impl MemStorage {
     pub(crate) fn new(
         payload: Arc<Payload>,
         geo: Geometry,
-        digests: Arc<[Digest]>,
+        digests: Digests,
         seeder: bool,
     ) -> Self {
         assert_eq!(

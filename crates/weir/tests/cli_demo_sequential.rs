@@ -162,7 +162,7 @@ fn partial_download(dir: &Path, torrent: &Path, sequential: bool, tag: &str) -> 
     let file = out.join(&m.info.name);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let have = verified(&file, &m.info.pieces, plen);
+        let have = verified(&file, &m.info.pieces.to_vec(), plen);
         if have.len() >= 48 {
             break;
         }
@@ -180,7 +180,7 @@ fn partial_download(dir: &Path, torrent: &Path, sequential: bool, tag: &str) -> 
     };
     assert_eq!(st.code(), Some(130), "{}", get.log_tail(20));
     seed.kill_tree().unwrap();
-    let have = verified(&file, &m.info.pieces, plen);
+    let have = verified(&file, &m.info.pieces.to_vec(), plen);
     assert!(
         have.len() < m.info.pieces.len() / 2,
         "stopped too late to tell the order: {} of {} pieces",

@@ -35,7 +35,7 @@ use weir_core::content::{Accepted, CONTENT_READ, Content, ContentConfig, Content
 use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
-use weir_core::storage::{Digest, StorageEvent, StorageOp};
+use weir_core::storage::{Digests, StorageEvent, StorageOp};
 
 use crate::metainfo::Metainfo;
 use crate::wire::{BLOCK_LEN, BlockRef, ExtHandshake, Handshake, Message};
@@ -345,8 +345,8 @@ impl Torrent {
     }
 
     /// The expected SHA-1 of every piece, for the storage layer.
-    pub fn digests(meta: &Metainfo) -> Arc<[Digest]> {
-        meta.info.pieces.iter().map(|h| Digest::Sha1(*h)).collect()
+    pub fn digests(meta: &Metainfo) -> Digests {
+        meta.info.pieces.digests()
     }
 
     /// Our handshake.

@@ -49,12 +49,11 @@ fn one_part_keystream_vector_from_the_lab() {
 
 #[test]
 fn core_verifier_accepts_parts_and_rejects_a_bad_one() {
-    use std::sync::Arc;
     use weir_core::storage::PieceVerifier;
     let len = PARTSIZE as usize + 1000;
     let mut data = keystream(len);
     let h = hash_all(&data);
-    let digests: Arc<[_]> = h.part_digests().into();
+    let digests: weir_core::storage::Digests = h.part_digests().into();
     assert_eq!(digests.len(), 2);
     let v = PieceVerifier::new(crate::geometry(len as u64), digests);
     assert!(v.check(0, &data[..PARTSIZE as usize]));

@@ -2,7 +2,6 @@
 //! parts it has, and the parts being assembled, verified or repaired.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,7 +11,7 @@ use weir_core::content::grid::{UnitGrid, pieces_covered};
 use weir_core::content::{Content, ContentConfig, FailPolicy, SchemeId};
 use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::picker::Order;
-use weir_core::storage::{Digest, StorageOp};
+use weir_core::storage::{Digest, Digests, StorageOp};
 
 use super::ConnId;
 use crate::client::PartStatus;
@@ -141,7 +140,7 @@ impl FileState {
     }
 
     /// The MD4 every data part must hash to, once the hashset is known.
-    pub(super) fn digests(&self) -> Option<Arc<[Digest]>> {
+    pub(super) fn digests(&self) -> Option<Digests> {
         let hs = self.hashset.as_ref()?;
         let n = self.geo.piece_count() as usize;
         if hs.is_empty() {

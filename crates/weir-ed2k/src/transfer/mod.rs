@@ -32,7 +32,6 @@ mod upload;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,7 +41,7 @@ use weir_core::content::Content;
 use weir_core::geometry::Geometry;
 use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
-use weir_core::storage::{Digest, StorageEvent, StorageOp};
+use weir_core::storage::{Digests, StorageEvent, StorageOp};
 
 use crate::client::hello::{OwnHello, ip_to_id};
 use crate::client::{ClientMessage, Hello};
@@ -522,7 +521,7 @@ impl Client {
     }
 
     /// The MD4 of every data part, once known (for the storage verifier).
-    pub fn digests(&self, file: FileId) -> Option<Arc<[Digest]>> {
+    pub fn digests(&self, file: FileId) -> Option<Digests> {
         self.files.get(file as usize).and_then(FileState::digests)
     }
 

@@ -4,7 +4,7 @@
 //! these, so a transfer's files are named in one place.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use weir_core::storage::Digests;
 
 use weir_bt::metainfo::Metainfo;
 use weir_core::storage::{Digest, FileLayout};
@@ -34,7 +34,7 @@ pub(crate) fn journal_stem(hash: &Md4Hash) -> String {
 
 /// The part digests a link gives (a file below one part: its file hash;
 /// otherwise its `p=` part hashes, if it has all of them).
-pub(crate) fn link_digests(link: &FileLink) -> Option<Arc<[Digest]>> {
+pub(crate) fn link_digests(link: &FileLink) -> Option<Digests> {
     let n = weir_ed2k::geometry(link.size).piece_count() as usize;
     if weir_ed2k::hashset_len(link.size) == 0 {
         return Some(vec![Digest::Md4(link.hash.0); n].into());
@@ -49,7 +49,7 @@ pub(crate) fn derive_digests(
     r: &mut dyn std::io::Read,
     size: u64,
     hash: Md4Hash,
-) -> Option<Arc<[Digest]>> {
+) -> Option<Digests> {
     let mut h = weir_ed2k::hash::Ed2kHasher::md4_only();
     let mut buf = vec![0u8; 4 << 20];
     loop {
@@ -123,8 +123,8 @@ mod tests {
         // Below one part: the file hash is the part's hash.
         let small = link(1000, Md4Hash([7; 16]), None);
         assert_eq!(
-            link_digests(&small).as_deref(),
-            Some(&[Digest::Md4([7; 16])][..])
+            link_digests(&small).map(|d| d.to_vec()),
+            Some(vec![Digest::Md4([7; 16])])
         );
         // Two parts (and a bit): three part hashes needed.
         let size = 2 * PARTSIZE + 5;
@@ -134,8 +134,8 @@ mod tests {
         let three = vec![Md4Hash([1; 16]), Md4Hash([2; 16]), Md4Hash([3; 16])];
         let d = link_digests(&link(size, Md4Hash([9; 16]), Some(three))).unwrap();
         assert_eq!(
-            &*d,
-            &[
+            d.to_vec(),
+            [
                 Digest::Md4([1; 16]),
                 Digest::Md4([2; 16]),
                 Digest::Md4([3; 16])
@@ -149,7 +149,7 @@ mod tests {
         let h = hashes(&data);
         let size = data.len() as u64;
         let d = derive_digests(&mut &data[..], size, h.file_hash).unwrap();
-        assert_eq!(&*d, &h.part_digests()[..]);
+        assert_eq!(d.to_vec(), h.part_digests());
         assert_eq!(d.len(), 2);
         // Another hash, another size, a short read: nothing.
         assert!(derive_digests(&mut &data[..], size, Md4Hash([0; 16])).is_none());

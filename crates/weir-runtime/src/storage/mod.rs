@@ -46,10 +46,11 @@ mod space;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use weir_core::storage::Digests;
 
 use tokio::sync::mpsc::UnboundedSender;
 use weir_core::geometry::Geometry;
-use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
+use weir_core::storage::{PieceVerifier, StorageEvent, StorageOp};
 
 pub use error::OpenError;
 pub use open::{DeriveDigests, OpenOptions, Opened, TransferSpec, open};
@@ -206,7 +207,7 @@ impl Opened {
     /// pool's threads start with the first transfer (an error only then).
     pub fn start(
         self,
-        digests: Arc<[Digest]>,
+        digests: Digests,
         resumed: &[(u32, u32)],
         events: impl Into<Events>,
     ) -> std::io::Result<DiskStorage> {

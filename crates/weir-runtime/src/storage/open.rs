@@ -19,12 +19,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use weir_core::storage::Digests;
 
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::Geometry;
 use weir_core::resume::{self, FileAction, Found, JournalId, Mode, PlanOptions, Record};
 use weir_core::selection::Selection;
-use weir_core::storage::{Digest, FileLayout, Hasher};
+use weir_core::storage::{FileLayout, Hasher};
 
 use super::dir::{Access, SafeDir};
 use super::error::{OpenError, human};
@@ -43,7 +44,7 @@ pub struct TransferSpec {
     /// Pieces and blocks.
     pub geometry: Geometry,
     /// Every piece's digest, when known (eD2k learns them from a peer).
-    pub digests: Option<Arc<[Digest]>>,
+    pub digests: Option<Digests>,
     /// The transfer's identity (info-hash, eD2k file hash).
     pub id: Vec<u8>,
     /// Names the journal (`.weir-resume-<stem>`) and the lock
@@ -62,7 +63,7 @@ pub struct TransferSpec {
 /// given the transfer's bytes in order, the digests if the data proves to
 /// be the transfer (eD2k: the part hashes of a file whose file hash
 /// matches), `None` otherwise.
-pub type DeriveDigests = Box<dyn FnOnce(&mut dyn Read) -> Option<Arc<[Digest]>> + Send>;
+pub type DeriveDigests = Box<dyn FnOnce(&mut dyn Read) -> Option<Digests> + Send>;
 
 /// How to open a transfer.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +126,7 @@ pub struct Opened {
     pub wanted: Option<Bitfield>,
     pub(super) files: Arc<Files>,
     pub(super) geometry: Geometry,
-    pub(super) digests: Option<Arc<[Digest]>>,
+    pub(super) digests: Option<Digests>,
     pub(super) journal: Option<String>,
     pub(super) lock: Option<DownloadLock>,
     /// The group its backlog counts in.
@@ -141,7 +142,7 @@ impl Opened {
     }
 
     /// The digests, when known now (given, or derived from the data).
-    pub fn digests(&self) -> Option<Arc<[Digest]>> {
+    pub fn digests(&self) -> Option<Digests> {
         self.digests.clone()
     }
 
@@ -526,7 +527,7 @@ fn runs(geo: &Geometry, pieces: &Bitfield) -> Vec<(u32, u32)> {
 fn hash_run(
     files: &Files,
     geo: &Geometry,
-    digests: &[Digest],
+    digests: &Digests,
     (first, count): (u32, u32),
     buf: &mut [u8],
     good: &mut Vec<u32>,
@@ -541,7 +542,7 @@ fn hash_run(
         let Some(want) = digests.get(p as usize) else {
             continue;
         };
-        let mut h = Hasher::for_digest(want);
+        let mut h = Hasher::for_digest(&want);
         run.visit(
             geo.piece_offset(p),
             u64::from(geo.piece_size(p)),
@@ -549,7 +550,7 @@ fn hash_run(
             |b| h.update(b),
         )
         .map_err(|_| p)?;
-        if h.matches(want) {
+        if h.matches(&want) {
             good.push(p);
         }
     }
@@ -563,7 +564,7 @@ fn hash_run(
 fn hash_pieces(
     files: &Files,
     geo: &Geometry,
-    digests: &Arc<[Digest]>,
+    digests: &Digests,
     pieces: &Bitfield,
     workers: usize,
 ) -> Bitfield {
@@ -698,11 +699,11 @@ mod tests {
         }
         let piece = 64u32 << 10;
         let geo = Geometry::new(total, piece, 16_384).unwrap();
-        let digests: Arc<[Digest]> = (0..geo.piece_count())
+        let digests: Digests = (0..geo.piece_count())
             .map(|p| {
                 let o = geo.piece_offset(p) as usize;
                 let d = sha1::Sha1::digest(&content[o..o + geo.piece_size(p) as usize]);
-                Digest::Sha1(d.into())
+                weir_core::storage::Digest::Sha1(d.into())
             })
             .collect();
         let dir = Arc::new(SafeDir::open(&t, false).unwrap());

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Instant;
+use weir_core::storage::Digests;
 
 use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
 
@@ -38,7 +39,7 @@ pub(super) struct Ctx {
     /// Unique in the process (routing and the threads' per-transfer state).
     pub(super) id: u64,
     pub(super) shared: Arc<Shared>,
-    pub(super) digests: Arc<[Digest]>,
+    pub(super) digests: Digests,
     pub(super) events: super::Events,
     /// Bytes submitted for writing and not yet written.
     pub(super) backlog: AtomicU64,

@@ -58,7 +58,7 @@ fn spec(dir: &Path) -> TransferSpec {
     }
 }
 
-fn digests(s: &TransferSpec) -> std::sync::Arc<[Digest]> {
+fn digests(s: &TransferSpec) -> Digests {
     s.digests.clone().unwrap()
 }
 

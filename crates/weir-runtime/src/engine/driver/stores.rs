@@ -1,6 +1,5 @@
 //! A transfer's storage, as the driver opens and starts it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use weir_session::{AddEd2k, AddTorrent, TransferId};
@@ -150,7 +149,7 @@ impl Driver {
     pub(super) fn start_storage(
         &mut self,
         id: TransferId,
-        digests: Arc<[weir_core::storage::Digest]>,
+        digests: weir_core::storage::Digests,
         resumed: &[(u32, u32)],
     ) {
         let Some(Store::Waiting(opened)) = self.stores.remove(&id) else {

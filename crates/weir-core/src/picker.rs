@@ -133,7 +133,9 @@ pub struct Picker {
     rng: fastrand::Rng,
     had: Bitfield,
     state: Vec<State>,
-    /// Peers with each piece, not counting whole seeds.
+    /// Peers with each piece, not counting whole seeds; empty until a peer
+    /// that is not a seed announces a piece (an idle torrent, or one among
+    /// seeds only, pays nothing per piece).
     avail: Vec<u32>,
     seeds: u32,
     /// `buckets[t][a]` holds wanted pieces of priority tier `t` (see
@@ -142,8 +144,11 @@ pub struct Picker {
     /// Each piece's priority; empty while every piece is normal (the
     /// usual case costs nothing per piece).
     priority: Vec<Priority>,
-    /// Position of each wanted piece in its bucket.
+    /// Position of each wanted piece in its bucket; empty while no piece
+    /// is in a bucket (a complete torrent pays nothing per piece).
     pos: Vec<u32>,
+    /// Pieces in the buckets.
+    bucketed: u32,
     partial: BTreeMap<u32, Partial>,
     /// Blocks free in partial pieces plus every block of wanted pieces.
     free_blocks: u64,
@@ -165,11 +170,12 @@ impl Picker {
             rng: fastrand::Rng::with_seed(seed),
             had: Bitfield::new(n),
             state: vec![State::Wanted; n as usize],
-            avail: vec![0; n as usize],
+            avail: Vec::new(),
             seeds: 0,
             buckets: [Vec::new(), vec![Vec::new()], Vec::new()],
             priority: Vec::new(),
-            pos: vec![0; n as usize],
+            pos: Vec::new(),
+            bucketed: 0,
             partial: BTreeMap::new(),
             free_blocks: 0,
             seq_cursor: 0,
@@ -263,7 +269,15 @@ impl Picker {
 
     /// How many peers have `piece`.
     pub fn availability(&self, piece: u32) -> u32 {
-        self.avail.get(piece as usize).map_or(0, |a| a + self.seeds)
+        if piece >= self.geo.piece_count() {
+            return 0;
+        }
+        self.avail_of(piece) + self.seeds
+    }
+
+    /// Peers other than seeds with `piece` (in range).
+    fn avail_of(&self, piece: u32) -> u32 {
+        self.avail.get(piece as usize).copied().unwrap_or(0)
     }
 
     /// Switches between rarest-first and sequential.
@@ -372,6 +386,9 @@ impl Picker {
         if wanted {
             self.bucket_remove(piece);
         }
+        if self.avail.is_empty() {
+            self.avail = vec![0; self.geo.piece_count() as usize];
+        }
         self.avail[piece as usize] += 1;
         if wanted {
             self.bucket_insert(piece);
@@ -396,7 +413,7 @@ impl Picker {
             PeerHas::All => self.seeds = self.seeds.saturating_sub(1),
             PeerHas::Some(b) => {
                 for i in b.iter_ones() {
-                    if i >= self.geo.piece_count() || self.avail[i as usize] == 0 {
+                    if i >= self.geo.piece_count() || self.avail_of(i) == 0 {
                         continue;
                     }
                     let wanted = self.state[i as usize] == State::Wanted;
@@ -655,7 +672,11 @@ impl Picker {
 
     fn bucket_insert(&mut self, piece: u32) {
         self.seq_cursor = self.seq_cursor.min(piece);
-        let a = self.avail[piece as usize] as usize;
+        if self.pos.is_empty() {
+            self.pos = vec![0; self.geo.piece_count() as usize];
+        }
+        self.bucketed += 1;
+        let a = self.avail_of(piece) as usize;
         let tier = &mut self.buckets[self.priority_of(piece).tier()];
         if tier.len() <= a {
             tier.resize_with(a + 1, Vec::new);
@@ -670,13 +691,19 @@ impl Picker {
     }
 
     fn bucket_remove(&mut self, piece: u32) {
-        let a = self.avail[piece as usize] as usize;
+        let a = self.avail_of(piece) as usize;
         let bucket = &mut self.buckets[self.priority_of(piece).tier()][a];
         let at = self.pos[piece as usize] as usize;
         debug_assert_eq!(bucket.get(at), Some(&piece));
         bucket.swap_remove(at);
         if let Some(&moved) = bucket.get(at) {
             self.pos[moved as usize] = at as u32;
+        }
+        self.bucketed -= 1;
+        if self.bucketed == 0 {
+            // Nothing left to pick: give back the per-piece arrays.
+            self.pos = Vec::new();
+            self.buckets = Default::default();
         }
     }
 }
@@ -717,6 +744,35 @@ mod tests {
     }
 
     /// The pieces a seed is asked for, one whole piece per pick, in order.
+    #[test]
+    fn per_piece_tables_are_held_only_while_they_are_needed() {
+        let mut p = Picker::new(geo(64, 1), Order::RarestFirst, 1);
+        assert!(p.avail.is_empty(), "no availability before any peer");
+        assert_eq!(p.pos.len(), 64);
+        p.peer_joined(PeerHas::All);
+        assert!(p.avail.is_empty(), "seeds are counted once, not per piece");
+        assert_eq!(p.availability(5), 1);
+        let mut b = Bitfield::new(64);
+        b.set(7);
+        p.peer_joined(PeerHas::Some(&b));
+        assert_eq!(p.avail.len(), 64);
+        assert_eq!((p.availability(7), p.availability(6)), (2, 1));
+        assert_eq!(p.availability(64), 0);
+        // Every piece had: nothing is left to pick, and the tables go.
+        for i in 0..64 {
+            p.set_had(i);
+        }
+        assert!(p.is_complete());
+        assert!(p.pos.is_empty() && p.pos.capacity() == 0);
+        assert!(p.buckets.iter().all(|t| t.capacity() == 0));
+        // A piece lost afterwards is wanted, and picked, again.
+        p.lose(9);
+        assert_eq!(p.pos.len(), 64);
+        assert_eq!(pick_order(&mut p), [9]);
+        p.peer_left(PeerHas::Some(&b));
+        assert_eq!(p.availability(7), 1);
+    }
+
     fn pick_order(p: &mut Picker) -> Vec<u32> {
         let mut order: Vec<u32> = Vec::new();
         let mut out = Vec::new();

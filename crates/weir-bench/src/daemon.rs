@@ -18,7 +18,11 @@
 //! engine) inside this process, for the same N and for `big` (default
 //! 10,000) synthetic transfers: what the RPC layer alone costs.
 //!
-//! Options: `torrents`, `gets`, `big`; `--runs` (default 3).
+//! Each torrent has `pieces` pieces of 16 KiB (default 2); a real torrent
+//! has hundreds to thousands (`--set pieces=1024`: a 16 MiB torrent's
+//! count, or 1 GiB in 1 MiB pieces), which is where per-piece state shows.
+//!
+//! Options: `torrents`, `gets`, `big`, `pieces`; `--runs` (default 3).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -41,7 +45,7 @@ use crate::common::proc_status_field;
 use crate::report::{Metric, Report};
 
 /// `--set` keys this scenario knows.
-pub const KEYS: &[&str] = &["torrents", "gets", "big"];
+pub const KEYS: &[&str] = &["torrents", "gets", "big", "pieces"];
 
 /// The fields `transmission-remote -l` (3.00) asks for.
 pub const LIST_FIELDS: [&str; 14] = [
@@ -90,24 +94,31 @@ struct Usage {
     restart_rss_mib: f64,
 }
 
-/// `n` distinct single-file torrents (no tracker, no data needed).
+/// `n` distinct single-file torrents of two 16 KiB pieces (no tracker,
+/// no data needed).
 pub fn make_torrents(n: usize) -> Vec<Vec<u8>> {
+    make_torrents_of(n, 2)
+}
+
+/// `n` distinct single-file torrents of `pieces` (at least 1) pieces of
+/// 16 KiB, the last one short.
+pub fn make_torrents_of(n: usize, pieces: usize) -> Vec<Vec<u8>> {
+    let pieces = pieces.max(1);
     (0..n)
         .map(|i| {
             let name = format!("bench-{i:05}.bin");
-            let mut pieces = [0u8; 40];
-            for (j, b) in pieces.iter_mut().enumerate() {
-                *b = ((i * 131 + j * 7) % 251) as u8 ^ (i >> 8) as u8;
-            }
+            let hashes: Vec<u8> = (0..pieces * 20)
+                .map(|j| ((i * 131 + j * 7) % 251) as u8 ^ (i >> 8) as u8)
+                .collect();
+            let length = (pieces as u64 - 1) * 16_384 + 1 + (i as u64 % 16_383);
             let mut t = Vec::new();
             let _ = write!(
                 t,
-                "d10:created by10:weir-bench4:infod6:lengthi{}e4:name{}:{}12:piece lengthi16384e6:pieces40:",
-                20_000 + i,
+                "d10:created by10:weir-bench4:infod6:lengthi{length}e4:name{}:{name}12:piece lengthi16384e6:pieces{}:",
                 name.len(),
-                name
+                hashes.len(),
             );
-            t.extend_from_slice(&pieces);
+            t.extend_from_slice(&hashes);
             t.extend_from_slice(b"ee");
             t
         })
@@ -495,8 +506,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let n: usize = cfg.get_or("torrents", 1000usize)?.max(1);
     let gets: usize = cfg.get_or("gets", 20usize)?.max(1);
     let big: usize = cfg.get_or("big", 10_000usize)?;
+    let pieces: usize = cfg.get_or("pieces", 2usize)?.clamp(1, 1 << 20);
     let ns = Netns::new("daemon")?;
-    let torrents = make_torrents(n);
+    let torrents = make_torrents_of(n, pieces);
     let mut rep = Report::new(
         "daemon",
         cfg,
@@ -577,6 +589,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
          wait for the exit, start again on the same state, spawn to the first torrent-get \
          listing every transfer (asked every 10 ms), RSS read then",
     );
+    rep.note(&format!(
+        "each torrent: one file of {pieces} pieces of 16 KiB (the last one short)"
+    ));
     rep.note(
         "fake backend rows: weir's RPC front end with weir_daemon::fake::FakeBackend \
          (in-memory transfers, no engine) inside this process; RSS is this process's growth \
@@ -624,6 +639,12 @@ mod tests {
         assert_ne!(t[0], t[1]);
         for b in &t {
             assert!(b.starts_with(b"d10:created by") && b.ends_with(b"ee"));
+        }
+        for pieces in [1, 2, 1024] {
+            for b in make_torrents_of(3, pieces) {
+                let m = weir_bt::metainfo::Metainfo::from_bytes(&b).unwrap();
+                assert_eq!(m.info.piece_count() as usize, pieces);
+            }
         }
         assert!((median(&[3.0, 1.0, 2.0]) - 2.0).abs() < 1e-9);
         assert!((p90(&[1.0; 10]) - 1.0).abs() < 1e-9);

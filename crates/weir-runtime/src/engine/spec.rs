@@ -4,10 +4,9 @@
 //! these, so a transfer's files are named in one place.
 
 use std::path::PathBuf;
-use weir_core::storage::Digests;
 
 use weir_bt::metainfo::Metainfo;
-use weir_core::storage::{Digest, FileLayout};
+use weir_core::storage::{Digest, Digests, FileLayout};
 use weir_ed2k::Md4Hash;
 use weir_ed2k::link::FileLink;
 

@@ -46,11 +46,10 @@ mod space;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use weir_core::storage::Digests;
 
 use tokio::sync::mpsc::UnboundedSender;
 use weir_core::geometry::Geometry;
-use weir_core::storage::{PieceVerifier, StorageEvent, StorageOp};
+use weir_core::storage::{Digests, PieceVerifier, StorageEvent, StorageOp};
 
 pub use error::OpenError;
 pub use open::{DeriveDigests, OpenOptions, Opened, TransferSpec, open};

@@ -19,13 +19,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use weir_core::storage::Digests;
 
 use weir_core::bitfield::Bitfield;
 use weir_core::geometry::Geometry;
 use weir_core::resume::{self, FileAction, Found, JournalId, Mode, PlanOptions, Record};
 use weir_core::selection::Selection;
-use weir_core::storage::{FileLayout, Hasher};
+use weir_core::storage::{Digests, FileLayout, Hasher};
 
 use super::dir::{Access, SafeDir};
 use super::error::{OpenError, human};

@@ -27,9 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Instant;
-use weir_core::storage::Digests;
 
-use weir_core::storage::{Digest, PieceVerifier, StorageEvent, StorageOp};
+use weir_core::storage::{Digest, Digests, PieceVerifier, StorageEvent, StorageOp};
 
 use super::Shared;
 use super::journal::{Appender, Journal, Note};

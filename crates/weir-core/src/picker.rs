@@ -145,10 +145,16 @@ pub struct Picker {
     /// usual case costs nothing per piece).
     priority: Vec<Priority>,
     /// Position of each wanted piece in its bucket; empty while no piece
-    /// is in a bucket (a complete torrent pays nothing per piece).
+    /// is in a bucket.
     pos: Vec<u32>,
     /// Pieces in the buckets.
     bucketed: u32,
+    /// The buckets hold every wanted piece. They are filled at the first
+    /// rarest-first pick and emptied (with `pos`) when nothing is left in
+    /// them, so an idle torrent, a sequential one and a complete one pay
+    /// nothing per piece for them; until then only `state` says what is
+    /// wanted.
+    bucketing: bool,
     partial: BTreeMap<u32, Partial>,
     /// Blocks free in partial pieces plus every block of wanted pieces.
     free_blocks: u64,
@@ -176,6 +182,7 @@ impl Picker {
             priority: Vec::new(),
             pos: Vec::new(),
             bucketed: 0,
+            bucketing: false,
             partial: BTreeMap::new(),
             free_blocks: 0,
             seq_cursor: 0,
@@ -183,7 +190,6 @@ impl Picker {
             skipped_bytes: 0,
         };
         for i in 0..n {
-            p.bucket_insert(i);
             p.free_blocks += u64::from(geo.blocks_in_piece(i));
         }
         p
@@ -648,11 +654,13 @@ impl Picker {
                     .into_iter()
                     .find_map(|t| (from..self.geo.piece_count()).find(|&i| wanted(i, t)))
             }
-            Order::RarestFirst => self
-                .buckets
-                .iter()
-                .flat_map(|tier| tier.iter().flat_map(|b| b.iter().copied()))
-                .find(|&i| has.has(i)),
+            Order::RarestFirst => {
+                self.fill_buckets();
+                self.buckets
+                    .iter()
+                    .flat_map(|tier| tier.iter().flat_map(|b| b.iter().copied()))
+                    .find(|&i| has.has(i))
+            }
         }
     }
 
@@ -670,8 +678,27 @@ impl Picker {
         );
     }
 
+    /// Puts every wanted piece in its bucket, unless they are there.
+    fn fill_buckets(&mut self) {
+        if self.bucketing {
+            return;
+        }
+        self.bucketing = true;
+        for i in 0..self.geo.piece_count() {
+            if self.state[i as usize] == State::Wanted {
+                self.bucket_insert(i);
+            }
+        }
+        if self.bucketed == 0 {
+            self.bucketing = false;
+        }
+    }
+
     fn bucket_insert(&mut self, piece: u32) {
         self.seq_cursor = self.seq_cursor.min(piece);
+        if !self.bucketing {
+            return;
+        }
         if self.pos.is_empty() {
             self.pos = vec![0; self.geo.piece_count() as usize];
         }
@@ -691,6 +718,9 @@ impl Picker {
     }
 
     fn bucket_remove(&mut self, piece: u32) {
+        if !self.bucketing {
+            return;
+        }
         let a = self.avail_of(piece) as usize;
         let bucket = &mut self.buckets[self.priority_of(piece).tier()][a];
         let at = self.pos[piece as usize] as usize;
@@ -701,9 +731,11 @@ impl Picker {
         }
         self.bucketed -= 1;
         if self.bucketed == 0 {
-            // Nothing left to pick: give back the per-piece arrays.
+            // Nothing left to pick: give back the per-piece arrays (filled
+            // again at the next pick, should a piece be wanted again).
             self.pos = Vec::new();
             self.buckets = Default::default();
+            self.bucketing = false;
         }
     }
 }
@@ -748,7 +780,7 @@ mod tests {
     fn per_piece_tables_are_held_only_while_they_are_needed() {
         let mut p = Picker::new(geo(64, 1), Order::RarestFirst, 1);
         assert!(p.avail.is_empty(), "no availability before any peer");
-        assert_eq!(p.pos.len(), 64);
+        assert!(p.pos.is_empty(), "no buckets before a pick");
         p.peer_joined(PeerHas::All);
         assert!(p.avail.is_empty(), "seeds are counted once, not per piece");
         assert_eq!(p.availability(5), 1);
@@ -758,6 +790,23 @@ mod tests {
         assert_eq!(p.avail.len(), 64);
         assert_eq!((p.availability(7), p.availability(6)), (2, 1));
         assert_eq!(p.availability(64), 0);
+        p.set_had(3);
+        assert!(p.pos.is_empty());
+        // The first pick fills the buckets from the pieces still wanted:
+        // the rarest come first.
+        let mut out = Vec::new();
+        assert_eq!(p.pick(0, PeerHas::All, 1, &mut out), 1);
+        assert_eq!(p.pos.len(), 64);
+        assert_ne!(out[0].piece, 7, "piece 7 is the most common");
+        assert_ne!(out[0].piece, 3, "piece 3 is had");
+        assert!(matches!(
+            p.received(0, out[0].piece, 0, out[0].len),
+            Received::New {
+                piece_complete: true,
+                ..
+            }
+        ));
+        p.piece_verified(out[0].piece);
         // Every piece had: nothing is left to pick, and the tables go.
         for i in 0..64 {
             p.set_had(i);
@@ -767,10 +816,18 @@ mod tests {
         assert!(p.buckets.iter().all(|t| t.capacity() == 0));
         // A piece lost afterwards is wanted, and picked, again.
         p.lose(9);
-        assert_eq!(p.pos.len(), 64);
         assert_eq!(pick_order(&mut p), [9]);
         p.peer_left(PeerHas::Some(&b));
         assert_eq!(p.availability(7), 1);
+    }
+
+    #[test]
+    fn a_sequential_download_never_fills_the_buckets() {
+        let mut p = Picker::new(geo(32, 1), Order::Sequential, 1);
+        p.peer_joined(PeerHas::All);
+        assert_eq!(pick_order(&mut p), (0..32).collect::<Vec<_>>());
+        assert!(p.pos.is_empty());
+        assert!(p.buckets.iter().flatten().all(Vec::is_empty));
     }
 
     fn pick_order(p: &mut Picker) -> Vec<u32> {

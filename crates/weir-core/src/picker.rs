@@ -149,11 +149,12 @@ pub struct Picker {
     pos: Vec<u32>,
     /// Pieces in the buckets.
     bucketed: u32,
-    /// The buckets hold every wanted piece. They are filled at the first
-    /// rarest-first pick and emptied (with `pos`) when nothing is left in
-    /// them, so an idle torrent, a sequential one and a complete one pay
-    /// nothing per piece for them; until then only `state` says what is
-    /// wanted.
+    /// The buckets hold every wanted piece: set at the first rarest-first
+    /// pick, which fills them, and kept (never a second scan, as endgame
+    /// picks with nothing wanted would cost). Until then only `state` says
+    /// what is wanted, so an idle or sequential torrent pays nothing per
+    /// piece for them; `pos` and the buckets are given back whenever they
+    /// hold nothing (a complete torrent).
     bucketing: bool,
     partial: BTreeMap<u32, Partial>,
     /// Blocks free in partial pieces plus every block of wanted pieces.
@@ -689,9 +690,6 @@ impl Picker {
                 self.bucket_insert(i);
             }
         }
-        if self.bucketed == 0 {
-            self.bucketing = false;
-        }
     }
 
     fn bucket_insert(&mut self, piece: u32) {
@@ -731,11 +729,10 @@ impl Picker {
         }
         self.bucketed -= 1;
         if self.bucketed == 0 {
-            // Nothing left to pick: give back the per-piece arrays (filled
-            // again at the next pick, should a piece be wanted again).
+            // Nothing left to pick: give back the per-piece arrays (made
+            // again by the next insert, should a piece be wanted again).
             self.pos = Vec::new();
             self.buckets = Default::default();
-            self.bucketing = false;
         }
     }
 }
@@ -814,8 +811,10 @@ mod tests {
         assert!(p.is_complete());
         assert!(p.pos.is_empty() && p.pos.capacity() == 0);
         assert!(p.buckets.iter().all(|t| t.capacity() == 0));
-        // A piece lost afterwards is wanted, and picked, again.
+        // A piece lost afterwards is wanted, and picked, again: it goes
+        // straight into its bucket (the buckets are never scanned again).
         p.lose(9);
+        assert_eq!((p.bucketed, p.pos.len()), (1, 64));
         assert_eq!(pick_order(&mut p), [9]);
         p.peer_left(PeerHas::Some(&b));
         assert_eq!(p.availability(7), 1);

@@ -87,12 +87,6 @@ pub struct Info {
 pub struct PieceHashes(bytes::Bytes);
 
 impl PieceHashes {
-    /// The hashes held back to back in `bytes`; `None` unless its length
-    /// is a multiple of 20.
-    pub fn from_concat(bytes: bytes::Bytes) -> Option<Self> {
-        (bytes.len() % 20 == 0).then_some(Self(bytes))
-    }
-
     /// Number of hashes.
     pub fn len(&self) -> usize {
         self.0.len() / 20
@@ -152,11 +146,7 @@ impl From<Vec<[u8; 20]>> for PieceHashes {
 
 impl FromIterator<[u8; 20]> for PieceHashes {
     fn from_iter<I: IntoIterator<Item = [u8; 20]>>(iter: I) -> Self {
-        let mut v = Vec::new();
-        for h in iter {
-            v.extend_from_slice(&h);
-        }
-        Self(bytes::Bytes::from(v))
+        iter.into_iter().collect::<Vec<_>>().into()
     }
 }
 
@@ -332,14 +322,8 @@ impl Info {
     /// Parses and checks a bare `info` dictionary (as fetched from peers by
     /// BEP 9); the caller compares its SHA-1 with the expected info-hash.
     pub fn from_bytes(raw: &[u8]) -> Result<Info> {
-        Info::from_shared(&bytes::Bytes::copy_from_slice(raw))
-    }
-
-    /// [`Info::from_bytes`] on bytes the caller keeps (as a metainfo's
-    /// `info_bytes`): the piece hashes are a view of them, not a copy.
-    pub fn from_shared(raw: &bytes::Bytes) -> Result<Info> {
         let v = weir_bencode::decode(raw)?;
-        Info::from_dict(as_dict(&v, "info")?, raw)
+        Info::from_dict(as_dict(&v, "info")?, &bytes::Bytes::copy_from_slice(raw))
     }
 
     /// Total payload length in bytes.

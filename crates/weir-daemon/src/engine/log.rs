@@ -25,7 +25,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{Record, SavedCaps, State, StateError, check_record};
+use super::state::{SavedCaps, SharedRecord, State, StateError, check_record};
 use crate::backend::SessionChange;
 
 /// First word of the log's header line.
@@ -46,10 +46,10 @@ pub const MAX_RECORD: usize = crate::sources::MAX_TORRENT + (1 << 20);
 pub enum Change {
     /// A new transfer (the blob: its .torrent, for a torrent). Its id is
     /// new; `next_id` passes it; it joins the queue's end.
-    Add(Record),
+    Add(SharedRecord),
     /// Transfers' records replaced whole (settings, paused, done, a
     /// magnet's record become a torrent's: then the blob is its .torrent).
-    Set(Vec<Record>),
+    Set(Vec<SharedRecord>),
     /// Transfers removed.
     Remove(Vec<u64>),
     /// Session settings.

@@ -426,7 +426,7 @@ impl Backend for EngineBackend {
                 unwanted,
                 priorities,
             };
-            let e = entry(&self.0.dir, record, content, parsed, now);
+            let e = entry(&self.0.dir, record.into(), content, parsed, now);
             let added = AddedTransfer {
                 id,
                 hash,

@@ -44,7 +44,7 @@ use weir_session::TransferInfo;
 use crate::backend::*;
 use crate::sources::{Parsed, of_link, of_metainfo, parse_ed2k, parse_metainfo};
 use persist::Touch;
-use state::{Record, RecordSource, SavedCaps, StateDir, StateError};
+use state::{Record, RecordSource, SavedCaps, SharedRecord, StateDir, StateError};
 use store::Store;
 
 /// The engine's name for a transfer.
@@ -134,7 +134,8 @@ impl Content {
 
 /// One transfer of the daemon.
 pub(crate) struct Entry {
-    record: Record,
+    /// Its settings, shared with the store's state while the two agree.
+    record: SharedRecord,
     content: Content,
     /// What the content says (name, sizes, pieces, link), id and directory
     /// set.
@@ -227,13 +228,16 @@ impl Entry {
         Some(out.into())
     }
 
-    /// The record as it is to be saved: traffic of every run so far.
-    fn to_record(&self) -> Record {
-        Record {
-            downloaded: self.earlier.0 + self.run.0,
-            uploaded: self.earlier.1 + self.run.1,
-            ..self.record.clone()
+    /// The record as it is to be saved: traffic of every run so far. The
+    /// entry's own record (shared, not copied) when its traffic figures
+    /// are still those.
+    fn to_record(&self) -> SharedRecord {
+        let traffic = (self.earlier.0 + self.run.0, self.earlier.1 + self.run.1);
+        let mut r = self.record.clone();
+        if (r.downloaded, r.uploaded) != traffic {
+            (r.downloaded, r.uploaded) = traffic;
         }
+        r
     }
 }
 
@@ -829,7 +833,13 @@ fn restore(dir: &StateDir, r: &Record) -> Result<(Content, Parsed), StateError> 
     }
 }
 
-fn entry(dir: &StateDir, record: Record, content: Content, parsed: Parsed, now: u64) -> Entry {
+fn entry(
+    dir: &StateDir,
+    record: SharedRecord,
+    content: Content,
+    parsed: Parsed,
+    now: u64,
+) -> Entry {
     let mut view = parsed.view;
     view.id = record.id;
     view.download_dir = Arc::from(record.download_dir.to_string_lossy().as_ref());
@@ -916,6 +926,97 @@ mod tests {
             error: None,
             disk_full: None,
         }
+    }
+
+    /// A torrent of two 16 KiB pieces named after `i` (no data needed).
+    fn tiny_torrent(i: usize) -> bytes::Bytes {
+        let name = format!("t-{i:04}.bin");
+        let mut t = format!(
+            "d4:infod6:lengthi20000e4:name{}:{name}12:piece lengthi16384e6:pieces40:",
+            name.len()
+        )
+        .into_bytes();
+        t.extend((0..40).map(|j| (i * 7 + j) as u8));
+        t.extend_from_slice(b"ee");
+        t.into()
+    }
+
+    /// How many entries hold the very record the store's state holds, and
+    /// how many entries there are.
+    async fn shared_records(b: &EngineBackend) -> (usize, usize) {
+        let store = b.0.store.clone().lock_owned().await;
+        let st = b.lock();
+        let same = st
+            .entries
+            .values()
+            .filter(|e| {
+                store
+                    .state()
+                    .get(e.record.id)
+                    .is_some_and(|r| r.ptr_eq(&e.record))
+            })
+            .count();
+        (same, st.entries.len())
+    }
+
+    /// An idle transfer's record is held once, by its entry and the store
+    /// together: after its add, after a change to it (the changed record is
+    /// handed over, not copied) and after a restart from the state. Fails
+    /// if either side keeps a copy of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_transfers_record_is_held_once() {
+        use crate::backend::{Action, AddOutcome, AddRequest, AddSource, Backend, Selection};
+        let tmp = weir_lab::TempDir::new("shared-record").unwrap();
+        let cfg = || BackendConfig {
+            state_dir: tmp.path().join("state"),
+            download_dir: tmp.path().join("dl"),
+            peer_port: 0,
+            policy: NetPolicy::loopback(),
+            down: weir_runtime::bandwidth::bucket(0),
+            up: weir_runtime::bandwidth::bucket(0),
+            listen_ip: None,
+            use_trackers: false,
+            encryption: weir_bt::mse::Encryption::Prefer,
+            dht_port: None,
+            lsd_enabled: false,
+        };
+        let engine = || async {
+            let s = weir_session::SessionConfig::new(
+                NetPolicy::loopback(),
+                [7; 20],
+                weir_ed2k::Md4Hash([9; 16]),
+            );
+            let mut c = weir_runtime::engine::EngineConfig::new(s);
+            c.keep_running = true;
+            c.use_trackers = false;
+            weir_runtime::engine::Engine::start(c).await.unwrap()
+        };
+        let e1 = engine().await;
+        let b = EngineBackend::start(cfg(), e1.handle()).await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let r = b
+                .add(AddRequest::new(AddSource::Metainfo(tiny_torrent(i))))
+                .await;
+            let Ok(AddOutcome::Added(t)) = r else {
+                panic!("add {i}: {r:?}")
+            };
+            ids.push(t.id);
+        }
+        assert_eq!(shared_records(&b).await, (3, 3), "after the adds");
+        let one = Selection::Refs(vec![crate::backend::TransferRef::Id(ids[1])]);
+        b.act(one, Action::Stop).await.unwrap();
+        assert!(b.lock().entries[&ids[1]].record.paused);
+        assert_eq!(shared_records(&b).await, (3, 3), "after a stop");
+        b.save_all().await.unwrap();
+        drop(b);
+        e1.stop().await;
+        let e2 = engine().await;
+        let b = EngineBackend::start(cfg(), e2.handle()).await.unwrap();
+        assert!(b.lock().entries[&ids[1]].record.paused, "the stop was kept");
+        assert_eq!(shared_records(&b).await, (3, 3), "after a restart");
+        drop(b);
+        e2.stop().await;
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! them next to its data (see `weir_runtime::storage`).
 
 use std::io::Write;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -170,6 +172,65 @@ pub struct Record {
     pub priorities: Vec<(u32, i8)>,
 }
 
+/// A [`Record`] held by both the daemon's entry for a transfer and the
+/// store's state: the same allocation while the two agree (an idle
+/// transfer's record is kept once, not twice: ~0.4 KB a transfer at
+/// 10,000). Writing through it copies the record first if the other side
+/// still holds it (copy on write), so neither ever sees the other's edits
+/// until they are handed over as a [`super::log::Change`]. Serialized as
+/// the record itself.
+#[derive(Clone, Debug)]
+pub struct SharedRecord(Arc<Record>);
+
+impl PartialEq for SharedRecord {
+    /// Equal records (at once when they are one allocation).
+    fn eq(&self, other: &SharedRecord) -> bool {
+        self.ptr_eq(other) || *self.0 == *other.0
+    }
+}
+
+impl SharedRecord {
+    /// Whether `self` and `other` are the same allocation (not merely
+    /// equal).
+    pub fn ptr_eq(&self, other: &SharedRecord) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl From<Record> for SharedRecord {
+    fn from(r: Record) -> SharedRecord {
+        SharedRecord(Arc::new(r))
+    }
+}
+
+impl Deref for SharedRecord {
+    type Target = Record;
+
+    fn deref(&self) -> &Record {
+        &self.0
+    }
+}
+
+impl DerefMut for SharedRecord {
+    /// The record to change: this side's own copy (made now if the other
+    /// side holds it too).
+    fn deref_mut(&mut self) -> &mut Record {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl Serialize for SharedRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SharedRecord, D::Error> {
+        Record::deserialize(d).map(SharedRecord::from)
+    }
+}
+
 /// Session settings that persist (what `session-set` changed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedCaps {
@@ -185,7 +246,7 @@ pub struct State {
     /// The next id to give.
     pub next_id: u64,
     /// Every transfer, in id order.
-    pub transfers: Vec<Record>,
+    pub transfers: Vec<SharedRecord>,
     /// Session caps set over RPC.
     #[serde(default)]
     pub caps: SavedCaps,
@@ -208,7 +269,7 @@ impl State {
     }
 
     /// The record of transfer `id` (`transfers` is kept in id order).
-    pub fn get(&self, id: u64) -> Option<&Record> {
+    pub fn get(&self, id: u64) -> Option<&SharedRecord> {
         self.transfers
             .binary_search_by_key(&id, |r| r.id)
             .ok()
@@ -482,7 +543,7 @@ mod tests {
     fn sample() -> State {
         State {
             next_id: 4,
-            transfers: vec![
+            transfers: [
                 Record {
                     id: 1,
                     source: RecordSource::Torrent {
@@ -525,7 +586,9 @@ mod tests {
                     unwanted: Vec::new(),
                     priorities: Vec::new(),
                 },
-            ],
+            ]
+            .map(SharedRecord::from)
+            .into(),
             caps: SavedCaps {
                 down: Some((100, true)),
                 up: None,

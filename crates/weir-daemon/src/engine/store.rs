@@ -275,14 +275,14 @@ impl Store {
         for e in changes {
             let hash = match (&e.change, &e.torrent) {
                 (Change::Add(r), Some(_)) => hash_of(r),
-                (Change::Set(rs), Some(_)) => rs.iter().find_map(hash_of),
+                (Change::Set(rs), Some(_)) => rs.iter().find_map(|r| hash_of(r)),
                 _ => None,
             };
             let removed: Vec<String> = match &e.change {
                 Change::Remove(ids) => ids
                     .iter()
                     .filter_map(|id| self.state.get(*id))
-                    .filter_map(hash_of)
+                    .filter_map(|r| hash_of(r))
                     .collect(),
                 _ => Vec::new(),
             };

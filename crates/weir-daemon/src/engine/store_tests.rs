@@ -36,7 +36,7 @@ fn torrent(id: u64, len: usize) -> Vec<u8> {
 
 fn add(id: u64, len: usize) -> Entry {
     Entry {
-        change: Change::Add(rec(id)),
+        change: Change::Add(rec(id).into()),
         torrent: Some(torrent(id, len)),
     }
 }
@@ -59,7 +59,7 @@ fn history(dir: &Path) -> Vec<(u64, State)> {
     for e in [
         add(1, 300),
         add(2, 200),
-        plain(Change::Set(vec![paused])),
+        plain(Change::Set(vec![paused.into()])),
         plain(Change::Traffic(vec![(1, 10, 20)])),
         add(3, 100),
         plain(Change::Remove(vec![1])),
@@ -242,7 +242,7 @@ fn a_change_that_does_not_apply_is_refused_and_nothing_is_written() {
     let len = s.log_len();
     for bad in [
         add(1, 10),
-        plain(Change::Set(vec![rec(5)])),
+        plain(Change::Set(vec![rec(5).into()])),
         plain(Change::Remove(vec![9])),
         plain(Change::Traffic(vec![(9, 1, 1)])),
     ] {
@@ -298,7 +298,7 @@ impl Model {
     fn state(&self) -> State {
         State {
             next_id: self.next_id,
-            transfers: self.records.values().cloned().collect(),
+            transfers: self.records.values().cloned().map(Into::into).collect(),
             caps: self.caps,
             settings: Default::default(),
             queue: self.queue.clone(),
@@ -330,17 +330,17 @@ proptest! {
                     m.records.insert(id, rec(id));
                     m.torrents.insert(id, len);
                     m.queue.push(id);
-                    Some(Entry { change: Change::Add(rec(id)), torrent: Some(torrent(id, len)) })
+                    Some(Entry { change: Change::Add(rec(id).into()), torrent: Some(torrent(id, len)) })
                 }
                 Op::Pause(i, p) => m.pick(i).map(|id| {
                     let r = m.records.get_mut(&id).unwrap();
                     r.paused = p;
-                    plain(Change::Set(vec![r.clone()]))
+                    plain(Change::Set(vec![r.clone().into()]))
                 }),
                 Op::Label(i, l) => m.pick(i).map(|id| {
                     let r = m.records.get_mut(&id).unwrap();
                     r.labels.push(l);
-                    plain(Change::Set(vec![r.clone()]))
+                    plain(Change::Set(vec![r.clone().into()]))
                 }),
                 Op::Remove(i) => m.pick(i).map(|id| {
                     m.records.remove(&id);
@@ -407,7 +407,7 @@ fn bench_adds() {
         let dir = StateDir::open(&tmp.path().join(format!("before-{from}-{to}"))).unwrap();
         let mut st = State::empty();
         for id in 1..=from {
-            st.transfers.push(rec(id));
+            st.transfers.push(rec(id).into());
             st.queue.push(id);
             st.next_id = id + 1;
         }
@@ -415,7 +415,7 @@ fn bench_adds() {
         for id in from + 1..=to {
             let hash = format!("{id:040x}");
             write_durably(&dir.torrent_path(&hash), &bench_torrent(id)).unwrap();
-            st.transfers.push(rec(id));
+            st.transfers.push(rec(id).into());
             st.queue.push(id);
             st.next_id = id + 1;
             write_durably(&dir.state_path(), &st.encode(0)).unwrap();
@@ -429,7 +429,7 @@ fn bench_adds() {
         for id in 1..=to {
             let t0 = Instant::now();
             s.append(vec![Entry {
-                change: Change::Add(rec(id)),
+                change: Change::Add(rec(id).into()),
                 torrent: Some(bench_torrent(id)),
             }])
             .unwrap();

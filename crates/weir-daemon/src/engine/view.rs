@@ -514,7 +514,7 @@ mod tests {
         let dir = weir_lab::TempDir::new("view-entry").unwrap();
         let state = crate::engine::state::StateDir::open(dir.path()).unwrap();
         let content = super::super::Content::Ed2k(crate::sources::parse_ed2k(&link).unwrap());
-        super::super::entry(&state, record, content, parsed, 1_700_000_100)
+        super::super::entry(&state, record.into(), content, parsed, 1_700_000_100)
     }
 
     /// A base keeps every field a source sets: the view rebuilt from it is

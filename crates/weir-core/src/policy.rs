@@ -8,13 +8,16 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
 /// An allow-list of IP ranges. An empty list allows nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetPolicy {
-    allow: Vec<IpNet>,
+    /// Shared, not copied: every transfer and peer book holds the policy,
+    /// and a clone is then a count, not an allocation.
+    allow: Arc<[IpNet]>,
 }
 
 /// An address the policy refused, with the list it was checked against.
@@ -36,26 +39,28 @@ impl NetPolicy {
     /// Every address (the default for a user's own runs).
     pub fn allow_all() -> Self {
         Self {
-            allow: vec![
+            allow: Arc::new([
                 IpNet::from_str("0.0.0.0/0").expect("valid literal"),
                 IpNet::from_str("::/0").expect("valid literal"),
-            ],
+            ]),
         }
     }
 
     /// Loopback only: 127.0.0.0/8 and ::1. What tests, benches and the demo use.
     pub fn loopback() -> Self {
         Self {
-            allow: vec![
+            allow: Arc::new([
                 IpNet::from_str("127.0.0.0/8").expect("valid literal"),
                 IpNet::from_str("::1/128").expect("valid literal"),
-            ],
+            ]),
         }
     }
 
     /// A policy from explicit ranges.
     pub fn from_ranges(allow: Vec<IpNet>) -> Self {
-        Self { allow }
+        Self {
+            allow: allow.into(),
+        }
     }
 
     /// Parses a comma-separated list of CIDRs or bare addresses; `any` means
@@ -64,8 +69,8 @@ impl NetPolicy {
         let mut allow = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
-                "any" => allow.extend(Self::allow_all().allow),
-                "loopback" => allow.extend(Self::loopback().allow),
+                "any" => allow.extend_from_slice(&Self::allow_all().allow),
+                "loopback" => allow.extend_from_slice(&Self::loopback().allow),
                 _ => {
                     let net = IpNet::from_str(part)
                         .or_else(|_| IpAddr::from_str(part).map(IpNet::from))
@@ -77,7 +82,9 @@ impl NetPolicy {
         if allow.is_empty() {
             return Err(BadPolicy(spec.to_string()));
         }
-        Ok(Self { allow })
+        Ok(Self {
+            allow: allow.into(),
+        })
     }
 
     /// Whether `ip` is inside one of the allowed ranges. IPv4-mapped IPv6
@@ -126,6 +133,15 @@ impl fmt::Display for NetPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every transfer holds the policy: a clone shares the list.
+    #[test]
+    fn a_clone_shares_the_list() {
+        let p = NetPolicy::parse("127.0.0.1,10.0.0.0/8").unwrap();
+        let q = p.clone();
+        assert!(Arc::ptr_eq(&p.allow, &q.allow));
+        assert_eq!(p, q);
+    }
 
     #[test]
     fn loopback_allows_only_loopback() {

@@ -183,7 +183,8 @@ pub struct BookCounts {
 /// The known peers of one transfer, with their dial state and the bans.
 #[derive(Clone, Debug)]
 pub struct PeerBook {
-    cfg: BookConfig,
+    /// Shared by every book of a session (one copy, not one a transfer).
+    cfg: std::sync::Arc<BookConfig>,
     policy: NetPolicy,
     peers: BTreeMap<SocketAddr, Entry>,
     per_source: [usize; Source::ALL.len()],
@@ -197,7 +198,8 @@ pub struct PeerBook {
 
 impl PeerBook {
     /// An empty book under `policy`, its tie-breaks drawn from `seed`.
-    pub fn new(cfg: BookConfig, policy: NetPolicy, seed: u64) -> Self {
+    pub fn new(cfg: impl Into<std::sync::Arc<BookConfig>>, policy: NetPolicy, seed: u64) -> Self {
+        let cfg = cfg.into();
         let bans = Bans::new(cfg.max_bans);
         Self {
             cfg,

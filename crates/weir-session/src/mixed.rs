@@ -87,7 +87,7 @@ impl Session {
         let scheme = b.torrent.content_mut().add_scheme(grid);
         let file = self.ed2k.add_attached(link, grid, scheme)?;
         let mut book = weir_core::peers::PeerBook::new(
-            self.cfg.book.clone(),
+            self.book_cfg.clone(),
             self.cfg.policy.clone(),
             self.cfg.seed ^ u64::from(id.0) << 16 ^ self.rng.u64(..),
         );

@@ -112,6 +112,8 @@ pub struct BtPeer {
 #[derive(Debug)]
 pub struct Session {
     pub(crate) cfg: SessionConfig,
+    /// `cfg.book`, shared by every transfer's peer book.
+    pub(crate) book_cfg: std::sync::Arc<weir_core::peers::BookConfig>,
     pub(crate) transfers: Transfers,
     /// The last [`Session::snapshot`].
     pub(crate) snap: Snap,
@@ -174,6 +176,7 @@ impl Session {
         }
         let callbacks = PeerBook::new(cfg.book.clone(), cfg.policy.clone(), cfg.seed ^ 0xca11);
         Self {
+            book_cfg: std::sync::Arc::new(cfg.book.clone()),
             ed2k: Client::new(ccfg),
             callbacks,
             servers: Vec::new(),
@@ -238,7 +241,7 @@ impl Session {
 
     fn book(&mut self, salt: u64) -> PeerBook {
         PeerBook::new(
-            self.cfg.book.clone(),
+            self.book_cfg.clone(),
             self.cfg.policy.clone(),
             self.cfg.seed ^ salt ^ self.rng.u64(..),
         )

@@ -880,3 +880,19 @@ fn snapshots_equal_a_full_walk_and_idle_transfers_cost_nothing() {
     s.ban(peer(2).ip(), BanReason::BadBlock { strikes: 1 });
     assert_fresh(&mut s, &mut cache, now);
 }
+
+/// Every transfer's peer book reads the session's one book config (a
+/// copy in each cost 112 bytes a transfer).
+#[test]
+fn peer_books_share_the_session_s_config() {
+    let mut s = session();
+    let now = Instant::now(); // test-epoch
+    let a = add(&mut s, 1, now);
+    let b = add(&mut s, 2, now);
+    let book = |id: TransferId| {
+        let t = s.transfers.get(&id).expect("added");
+        t.bt.as_ref().expect("a torrent").book.config() as *const _
+    };
+    assert_eq!(book(a), book(b));
+    assert_eq!(book(a), &*s.book_cfg as *const _);
+}

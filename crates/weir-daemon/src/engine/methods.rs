@@ -293,7 +293,7 @@ impl Backend for EngineBackend {
                 // An eD2k magnet is the ed2k link it stands for.
                 Some(l) => {
                     let p = of_link(&l);
-                    (Content::Ed2k(l), p, None)
+                    (Content::Ed2k(Box::new(l)), p, None)
                 }
                 None => {
                     let (m, p) = magnet::parse(link)?;
@@ -303,7 +303,7 @@ impl Backend for EngineBackend {
             AddSource::Ed2k(link) => {
                 let l = parse_ed2k(link)?;
                 let p = of_link(&l);
-                (Content::Ed2k(l), p, None)
+                (Content::Ed2k(Box::new(l)), p, None)
             }
         };
         if !req.files_unwanted.is_empty() && matches!(content, Content::Ed2k(_)) {

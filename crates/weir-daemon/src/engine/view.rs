@@ -517,7 +517,8 @@ mod tests {
         };
         let dir = weir_lab::TempDir::new("view-entry").unwrap();
         let state = crate::engine::state::StateDir::open(dir.path()).unwrap();
-        let content = super::super::Content::Ed2k(crate::sources::parse_ed2k(&link).unwrap());
+        let content =
+            super::super::Content::Ed2k(Box::new(crate::sources::parse_ed2k(&link).unwrap()));
         super::super::entry(&state, record.into(), content, parsed, 1_700_000_100)
     }
 

@@ -37,7 +37,7 @@ pub use fetcher::{
 pub use message::{
     MSG_DATA, MSG_REJECT, MSG_REQUEST, MetadataLimits, MetadataMsg, MetadataMsgError,
 };
-pub use server::{MetadataServer, ServerConfig, ServerStats};
+pub use server::{LazyServer, MetadataServer, ServerConfig, ServerStats};
 
 /// Bytes per metadata piece (the last piece may be shorter).
 pub const PIECE_LEN: usize = 16 * 1024;

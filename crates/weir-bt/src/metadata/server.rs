@@ -158,6 +158,16 @@ impl MetadataServer {
         Some((peer, b))
     }
 
+    /// Whether it serves no peer and has nothing queued.
+    pub fn is_idle(&self) -> bool {
+        self.peers.is_empty() && self.out.is_empty()
+    }
+
+    /// The info dictionary's bytes it held.
+    pub fn into_info(self) -> Option<Bytes> {
+        self.info
+    }
+
     /// Counters.
     pub fn stats(&self) -> ServerStats {
         self.stats
@@ -171,5 +181,93 @@ impl std::fmt::Debug for MetadataServer {
             .field("peers", &self.peers.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
+    }
+}
+
+/// A [`MetadataServer`] made only while a peer may ask it for something:
+/// until a peer advertising ut_metadata arrives, and again once the last
+/// one has gone with nothing queued, it is the info dictionary's bytes (a
+/// shared view) alone, not a 144-byte server in every idle torrent. It
+/// serves with [`ServerConfig::default`]; its counters start again with
+/// each server.
+#[derive(Debug)]
+pub enum LazyServer {
+    /// No peer to serve: the info dictionary's bytes, when we have them.
+    Idle(Option<Bytes>),
+    /// Serving.
+    Serving(Box<MetadataServer>),
+}
+
+impl LazyServer {
+    /// Idle, with `info` when we have it.
+    pub fn new(info: Option<Bytes>) -> Self {
+        LazyServer::Idle(info)
+    }
+
+    /// `metadata_size` for our extension handshake.
+    pub fn metadata_size(&self) -> Option<u64> {
+        match self {
+            LazyServer::Idle(info) => info.as_ref().map(|i| i.len() as u64),
+            LazyServer::Serving(s) => s.metadata_size(),
+        }
+    }
+
+    /// A peer's extension handshake: a server is made for a peer that
+    /// advertises ut_metadata (see [`MetadataServer::add_peer`]).
+    pub fn add_peer(&mut self, peer: ConnId, ext: &ExtHandshake, now: Instant) {
+        if let LazyServer::Idle(info) = self {
+            if ext.ext_id(UT_METADATA).is_none() {
+                return;
+            }
+            let server = MetadataServer::new(ServerConfig::default(), info.take());
+            *self = LazyServer::Serving(Box::new(server));
+        }
+        if let LazyServer::Serving(s) = self {
+            s.add_peer(peer, ext, now);
+            self.settle();
+        }
+    }
+
+    /// A connection closed: idle again if it was the last peer served.
+    pub fn remove_peer(&mut self, peer: ConnId) {
+        if let LazyServer::Serving(s) = self {
+            s.remove_peer(peer);
+            self.settle();
+        }
+    }
+
+    /// A decoded ut_metadata message (ignored while idle: from no peer it
+    /// serves, as [`MetadataServer::handle_message`] does).
+    pub fn handle_message(&mut self, peer: ConnId, msg: &MetadataMsg, now: Instant) {
+        if let LazyServer::Serving(s) = self {
+            s.handle_message(peer, msg, now);
+        }
+    }
+
+    /// The next frame to write: `(connection, bytes)`.
+    pub fn poll_send(&mut self) -> Option<(ConnId, Bytes)> {
+        let LazyServer::Serving(s) = self else {
+            return None;
+        };
+        let next = s.poll_send();
+        self.settle();
+        next
+    }
+
+    /// Whether a server is held (for tests and memory accounting).
+    pub fn is_serving(&self) -> bool {
+        matches!(self, LazyServer::Serving(_))
+    }
+
+    /// Gives the server up when it serves no one and has nothing queued.
+    fn settle(&mut self) {
+        if let LazyServer::Serving(s) = self
+            && s.is_idle()
+        {
+            let LazyServer::Serving(s) = std::mem::replace(self, LazyServer::Idle(None)) else {
+                return;
+            };
+            *self = LazyServer::Idle(s.into_info());
+        }
     }
 }

@@ -582,3 +582,40 @@ mod prop {
         }
     }
 }
+
+/// An idle torrent holds no server: the bytes alone until a peer that
+/// speaks ut_metadata arrives, then a server that answers it, then the
+/// bytes alone again once that peer has gone with nothing left queued.
+/// Requests while idle, and peers without ut_metadata, make nothing.
+#[test]
+fn a_lazy_server_exists_only_while_a_peer_can_ask() {
+    let now = epoch();
+    let info = Bytes::from(info_dict(2000));
+    let mut s = LazyServer::new(Some(info.clone()));
+    assert!(!s.is_serving());
+    assert_eq!(s.metadata_size(), Some(info.len() as u64));
+    s.handle_message(1, &MetadataMsg::Request { piece: 0 }, now);
+    assert!(s.poll_send().is_none(), "idle: nothing asked it");
+    let mut plain = ExtHandshake::default();
+    plain.m.insert("ut_pex".into(), 3);
+    s.add_peer(2, &plain, now);
+    assert!(!s.is_serving(), "a peer without ut_metadata makes no server");
+    for round in 0..2 {
+        s.add_peer(1, &ext(0, 9), now);
+        assert!(s.is_serving(), "round {round}");
+        s.handle_message(1, &MetadataMsg::Request { piece: 0 }, now);
+        let (conn, frame) = s.poll_send().expect("an answer");
+        assert_eq!(conn, 1);
+        assert!(frame.len() > 16 << 10, "a whole 16 KiB piece: {}", frame.len());
+        assert!(s.is_serving(), "still serving peer 1");
+        s.remove_peer(1);
+        assert!(!s.is_serving(), "round {round}: idle once the peer went");
+        assert_eq!(s.metadata_size(), Some(info.len() as u64), "the bytes kept");
+    }
+    // A peer that goes with an answer queued takes it along.
+    s.add_peer(1, &ext(0, 9), now);
+    s.handle_message(1, &MetadataMsg::Request { piece: 1 }, now);
+    s.remove_peer(1);
+    assert!(!s.is_serving());
+    assert!(s.poll_send().is_none());
+}

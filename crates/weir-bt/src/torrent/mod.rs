@@ -269,7 +269,7 @@ pub struct Torrent {
     /// Peer exchange allowed (configured, and the torrent not private).
     pex: bool,
     /// Serves the info dictionary to peers that ask (BEP 9).
-    metadata: crate::metadata::MetadataServer,
+    metadata: crate::metadata::LazyServer,
     geo: Geometry,
     cfg: TorrentConfig,
     content: Content,
@@ -318,10 +318,7 @@ impl Torrent {
         let mut t = Self {
             pex: cfg.pex && !meta.info.private,
             info_hash: meta.info_hash,
-            metadata: crate::metadata::MetadataServer::new(
-                crate::metadata::ServerConfig::default(),
-                meta.info_bytes.clone(),
-            ),
+            metadata: crate::metadata::LazyServer::new(meta.info_bytes.clone()),
             rng: fastrand::Rng::with_seed(cfg.seed ^ 0x9e37_79b9),
             geo,
             cfg,

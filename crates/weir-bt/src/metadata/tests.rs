@@ -599,14 +599,21 @@ fn a_lazy_server_exists_only_while_a_peer_can_ask() {
     let mut plain = ExtHandshake::default();
     plain.m.insert("ut_pex".into(), 3);
     s.add_peer(2, &plain, now);
-    assert!(!s.is_serving(), "a peer without ut_metadata makes no server");
+    assert!(
+        !s.is_serving(),
+        "a peer without ut_metadata makes no server"
+    );
     for round in 0..2 {
         s.add_peer(1, &ext(0, 9), now);
         assert!(s.is_serving(), "round {round}");
         s.handle_message(1, &MetadataMsg::Request { piece: 0 }, now);
         let (conn, frame) = s.poll_send().expect("an answer");
         assert_eq!(conn, 1);
-        assert!(frame.len() > 16 << 10, "a whole 16 KiB piece: {}", frame.len());
+        assert!(
+            frame.len() > 16 << 10,
+            "a whole 16 KiB piece: {}",
+            frame.len()
+        );
         assert!(s.is_serving(), "still serving peer 1");
         s.remove_peer(1);
         assert!(!s.is_serving(), "round {round}: idle once the peer went");

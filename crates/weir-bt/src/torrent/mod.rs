@@ -123,8 +123,9 @@ pub struct TorrentConfig {
     pub max_unverified: u64,
     /// Seed for the picker's tie-breaks and the optimistic unchoke.
     pub seed: u64,
-    /// Client name sent in the extension handshake.
-    pub client_name: String,
+    /// Client name sent in the extension handshake (shared: the default
+    /// is one string for every torrent, not a copy in each).
+    pub client_name: Arc<str>,
     /// Most requests in flight to one peer, whatever its rate (the
     /// pipeline sizes below this; 1 makes every block a round trip).
     pub max_requests: u32,
@@ -148,6 +149,13 @@ pub struct TorrentConfig {
     pub priorities: Option<Arc<[weir_core::picker::Priority]>>,
 }
 
+/// weir's name and version, one string shared by every default config.
+fn default_client_name() -> Arc<str> {
+    static NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| Arc::from(concat!("weir ", env!("CARGO_PKG_VERSION"))))
+        .clone()
+}
+
 impl TorrentConfig {
     /// Defaults for a peer id.
     pub fn new(peer_id: [u8; 20]) -> Self {
@@ -162,7 +170,7 @@ impl TorrentConfig {
             max_read: 1 << 20,
             max_unverified: 32 << 20,
             seed: 0x5eed,
-            client_name: concat!("weir ", env!("CARGO_PKG_VERSION")).to_string(),
+            client_name: default_client_name(),
             max_requests: 4096,
             download: true,
             pex: true,
@@ -295,7 +303,9 @@ pub struct Torrent {
 impl Torrent {
     /// A torrent for `meta`, having the pieces in `had` (from resume), and
     /// to check the pieces in `check` from storage before it starts.
-    pub fn new(meta: &Metainfo, cfg: TorrentConfig, had: &Bitfield, check: &Bitfield) -> Self {
+    /// The wanted pieces and priorities are handed to the content, which
+    /// keeps them: the torrent's own config keeps no second copy.
+    pub fn new(meta: &Metainfo, mut cfg: TorrentConfig, had: &Bitfield, check: &Bitfield) -> Self {
         let geo = Geometry::new(meta.info.total_length(), meta.info.piece_length, BLOCK_LEN)
             .expect("metainfo guarantees a valid geometry");
         let content = Content::new(
@@ -304,8 +314,8 @@ impl Torrent {
                 order: cfg.order,
                 seed: cfg.seed,
                 max_unverified: cfg.max_unverified,
-                wanted: cfg.wanted.clone(),
-                priorities: cfg.priorities.clone(),
+                wanted: cfg.wanted.take(),
+                priorities: cfg.priorities.take(),
                 ..ContentConfig::default()
             },
             had,
@@ -524,7 +534,7 @@ impl Torrent {
         if p.extended {
             let mut ext = ExtHandshake {
                 reqq: Some(self.cfg.max_peer_requests),
-                v: Some(self.cfg.client_name.clone()),
+                v: Some(self.cfg.client_name.to_string()),
                 p: self.cfg.listen_port,
                 metadata_size: self.metadata.metadata_size(),
                 ..ExtHandshake::default()

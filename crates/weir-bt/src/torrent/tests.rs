@@ -710,3 +710,12 @@ fn dht_ports_are_exchanged_with_peers_that_run_a_dht_and_taken_once_per_connecti
     b.handle_message(1, Message::Port(6881), now);
     assert!(!std::iter::from_fn(|| b.poll_event()).any(|e| matches!(e, Event::DhtNode(_))));
 }
+
+/// Every torrent's default config names weir with one shared string.
+#[test]
+fn default_configs_share_one_client_name() {
+    let a = TorrentConfig::new([1; 20]);
+    let b = TorrentConfig::new([2; 20]);
+    assert!(std::sync::Arc::ptr_eq(&a.client_name, &b.client_name));
+    assert!(a.client_name.starts_with("weir "));
+}

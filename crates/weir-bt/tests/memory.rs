@@ -5,47 +5,12 @@
 //! (three copies of the hashes, availability and buckets for a torrent that
 //! had never seen a peer).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use weir_bt::metainfo::Metainfo;
 use weir_bt::torrent::{Torrent, TorrentConfig};
 use weir_core::bitfield::Bitfield;
 
-/// Bytes allocated and not yet freed, by every thread of this binary.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is passed unchanged to `System`, which upholds the
-// `GlobalAlloc` contract; the counter is only arithmetic on the sizes the
-// caller gave (an atomic, so any thread may allocate).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's layout, passed on (see the impl).
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `System` with this layout (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: `ptr` came from `System` with `layout` (see `alloc`).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: weir_lab::alloc::Counting = weir_lab::alloc::Counting;
 
 /// A single-file torrent of `pieces` pieces of 16 KiB.
 fn torrent(pieces: usize) -> Vec<u8> {
@@ -65,7 +30,7 @@ fn torrent(pieces: usize) -> Vec<u8> {
 fn an_idle_torrent_holds_about_the_hashes_and_a_byte_a_piece() {
     const PIECES: usize = 8_192;
     let file = torrent(PIECES);
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = weir_lab::alloc::live();
     let meta = Metainfo::from_bytes(&file).unwrap();
     let digests = Torrent::digests(&meta);
     let n = meta.info.piece_count();
@@ -75,7 +40,7 @@ fn an_idle_torrent_holds_about_the_hashes_and_a_byte_a_piece() {
         &Bitfield::new(n),
         &Bitfield::new(n),
     );
-    let held = LIVE.load(Ordering::Relaxed) - before;
+    let held = weir_lab::alloc::live() - before;
     let per_piece = held as f64 / PIECES as f64;
     // 20 bytes of hash, 1 of picker state, a few bits of bitfields, and a
     // fixed part spread over the pieces.

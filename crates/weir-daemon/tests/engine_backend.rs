@@ -6,47 +6,18 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::make_torrent;
-use weir_core::policy::NetPolicy;
+use common::{engine, engine_config as config, make_torrent};
 use weir_daemon::Backend;
 use weir_daemon::backend::*;
+use weir_daemon::engine::EngineBackend;
 use weir_daemon::engine::state::StateError;
-use weir_daemon::engine::{BackendConfig, EngineBackend};
-use weir_runtime::bandwidth::bucket;
-use weir_runtime::engine::{Engine, EngineConfig};
-use weir_session::SessionConfig;
+use weir_runtime::engine::Engine;
 
 const LINK: &str = "ed2k://|file|c.bin|5000000|D3B6B09D73D3FE0DD41DDE5ED244215A|/";
-
-async fn engine() -> Engine {
-    let s = SessionConfig::new(NetPolicy::loopback(), [7; 20], weir_ed2k::Md4Hash([9; 16]));
-    let mut cfg = EngineConfig::new(s);
-    cfg.keep_running = true;
-    cfg.use_trackers = false;
-    Engine::start(cfg)
-        .await
-        .expect("an engine without listeners starts")
-}
-
-fn config(state: &Path, downloads: &Path) -> BackendConfig {
-    BackendConfig {
-        state_dir: state.to_path_buf(),
-        download_dir: downloads.to_path_buf(),
-        peer_port: 0,
-        policy: NetPolicy::loopback(),
-        down: bucket(0),
-        up: bucket(0),
-        listen_ip: None,
-        use_trackers: false,
-        encryption: weir_bt::mse::Encryption::Prefer,
-        dht_port: None,
-        lsd_enabled: false,
-    }
-}
 
 async fn all(b: &EngineBackend) -> Vec<std::sync::Arc<TransferView>> {
     b.transfers(TransferQuery {

@@ -5,53 +5,17 @@
 //! figure is the growth from 300 transfers to 1,300, so the engine's and
 //! the backend's fixed costs and most container growth are left out.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+mod common;
+
 use std::time::Duration;
 
 use bytes::Bytes;
-use weir_core::policy::NetPolicy;
 use weir_daemon::Backend;
 use weir_daemon::backend::*;
-use weir_daemon::engine::{BackendConfig, EngineBackend};
-use weir_runtime::bandwidth::bucket;
-use weir_runtime::engine::{Engine, EngineConfig};
-use weir_session::SessionConfig;
-
-/// Bytes allocated and not yet freed, by every thread of this binary.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is passed unchanged to `System`, which upholds the
-// `GlobalAlloc` contract; the counter is only arithmetic on the sizes the
-// caller gave (an atomic, so any thread may allocate).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's layout, passed on (see the impl).
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `System` with this layout (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: `ptr` came from `System` with `layout` (see `alloc`).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use weir_daemon::engine::EngineBackend;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: weir_lab::alloc::Counting = weir_lab::alloc::Counting;
 
 /// A torrent of two 16 KiB pieces named after `i` (no data needed), as
 /// `weir bench daemon` makes them.
@@ -110,25 +74,9 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_transfer_holds_a_bounded_heap() {
     let tmp = weir_lab::TempDir::new("daemon-memory").unwrap();
-    let s = SessionConfig::new(NetPolicy::loopback(), [7; 20], weir_ed2k::Md4Hash([9; 16]));
-    let mut cfg = EngineConfig::new(s);
-    cfg.keep_running = true;
-    cfg.use_trackers = false;
-    let engine = Engine::start(cfg).await.expect("an engine starts");
+    let engine = common::engine().await;
     let b = EngineBackend::start(
-        BackendConfig {
-            state_dir: tmp.path().join("state"),
-            download_dir: tmp.path().join("dl"),
-            peer_port: 0,
-            policy: NetPolicy::loopback(),
-            down: bucket(0),
-            up: bucket(0),
-            listen_ip: None,
-            use_trackers: false,
-            encryption: weir_bt::mse::Encryption::Prefer,
-            dht_port: None,
-            lsd_enabled: false,
-        },
+        common::engine_config(&tmp.path().join("state"), &tmp.path().join("dl")),
         engine.handle(),
     )
     .await
@@ -136,9 +84,9 @@ async fn an_idle_transfer_holds_a_bounded_heap() {
     const WARM: usize = 300;
     const MORE: usize = 1_000;
     add_idle(&b, 0, WARM).await;
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = weir_lab::alloc::live();
     add_idle(&b, WARM, WARM + MORE).await;
-    let per = (LIVE.load(Ordering::Relaxed) - before) as f64 / MORE as f64;
+    let per = (weir_lab::alloc::live() - before) as f64 / MORE as f64;
     eprintln!("heap held per idle transfer: {per:.0} bytes");
     assert!(
         per > 1_000.0,

@@ -6,6 +6,7 @@
 //! weir-lab depends on none of weir's own crates, so a harness bug and a
 //! weir bug cannot hide each other.
 
+pub mod alloc;
 pub mod amule;
 pub mod bt;
 pub mod ci;

@@ -163,3 +163,36 @@ pub fn make_torrent(
     )?;
     Ok((out, info))
 }
+
+/// An engine in this process: no listener, no tracker, loopback only.
+pub async fn engine() -> weir_runtime::engine::Engine {
+    let s = weir_session::SessionConfig::new(
+        weir_core::policy::NetPolicy::loopback(),
+        [7; 20],
+        weir_ed2k::Md4Hash([9; 16]),
+    );
+    let mut cfg = weir_runtime::engine::EngineConfig::new(s);
+    cfg.keep_running = true;
+    cfg.use_trackers = false;
+    weir_runtime::engine::Engine::start(cfg)
+        .await
+        .expect("an engine without listeners starts")
+}
+
+/// An engine backend's config over `state` and `downloads`: no peer port,
+/// DHT, LSD or trackers, loopback only, uncapped.
+pub fn engine_config(state: &Path, downloads: &Path) -> weir_daemon::engine::BackendConfig {
+    weir_daemon::engine::BackendConfig {
+        state_dir: state.to_path_buf(),
+        download_dir: downloads.to_path_buf(),
+        peer_port: 0,
+        policy: weir_core::policy::NetPolicy::loopback(),
+        down: weir_runtime::bandwidth::bucket(0),
+        up: weir_runtime::bandwidth::bucket(0),
+        listen_ip: None,
+        use_trackers: false,
+        encryption: weir_bt::mse::Encryption::Prefer,
+        dht_port: None,
+        lsd_enabled: false,
+    }
+}

@@ -261,12 +261,9 @@ impl LazyServer {
 
     /// Gives the server up when it serves no one and has nothing queued.
     fn settle(&mut self) {
-        if let LazyServer::Serving(s) = self
-            && s.is_idle()
+        if matches!(self, LazyServer::Serving(s) if s.is_idle())
+            && let LazyServer::Serving(s) = std::mem::replace(self, LazyServer::Idle(None))
         {
-            let LazyServer::Serving(s) = std::mem::replace(self, LazyServer::Idle(None)) else {
-                return;
-            };
             *self = LazyServer::Idle(s.into_info());
         }
     }

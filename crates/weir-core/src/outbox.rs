@@ -130,6 +130,11 @@ impl<K: PartialEq + Copy> Dirty<K> {
         self.list.retain(|c| *c != k);
     }
 
+    /// Whether nothing is marked.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     /// Takes the touched connections, leaving none.
     pub fn take(&mut self) -> Vec<K> {
         std::mem::take(&mut self.list)

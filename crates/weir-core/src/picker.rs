@@ -237,6 +237,38 @@ impl Picker {
         &self.geo
     }
 
+    /// Whether nothing is under way: no piece started and no peer counted.
+    /// Such a picker is what [`Picker::new`] makes from its had pieces, its
+    /// skipped pieces, its priorities and its order (a transfer that
+    /// sleeps keeps only those).
+    pub fn is_quiet(&self) -> bool {
+        self.partial.is_empty() && self.seeds == 0 && self.avail.iter().all(|&a| a == 0)
+    }
+
+    /// Rarest first or sequential, as last set.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// The pieces not skipped (`None`: none is skipped).
+    pub fn wanted(&self) -> Option<Bitfield> {
+        if self.unwanted.count() == 0 {
+            return None;
+        }
+        let mut w = Bitfield::new(self.geo.piece_count());
+        for p in 0..self.geo.piece_count() {
+            if !self.unwanted.get(p) {
+                w.set(p);
+            }
+        }
+        Some(w)
+    }
+
+    /// Each piece's priority (empty: every piece normal).
+    pub fn priorities(&self) -> &[Priority] {
+        &self.priority
+    }
+
     /// Pieces verified so far.
     pub fn had(&self) -> &Bitfield {
         &self.had

@@ -193,7 +193,10 @@ impl Session {
                 if self.bans.contains(weir_core::peers::canonical(c.addr.ip())) {
                     return Err(Refused::Banned);
                 }
-                if b.torrent.has_peer_id(&theirs.peer_id) {
+                if b.view()
+                    .awake()
+                    .is_some_and(|t| t.has_peer_id(&theirs.peer_id))
+                {
                     return Err(Refused::Duplicate);
                 }
                 // Full: a peer that has been of no use for a while gives
@@ -218,7 +221,7 @@ impl Session {
                 if c.outgoing {
                     b.book.connected(c.addr, now);
                 }
-                b.torrent
+                b.torrent()
                     .add_peer_after(conn, c.addr, &theirs, preamble_sent, now);
                 self.pump_bt(id, now);
                 Ok(())
@@ -239,7 +242,8 @@ impl Session {
                 .transfers
                 .get_mut(&id)
                 .and_then(|t| t.bt.as_mut())
-                .is_some_and(|b| b.torrent.evict_idle(EVICT_IDLE_AFTER, now));
+                .and_then(|b| b.awake_mut())
+                .is_some_and(|t| t.evict_idle(EVICT_IDLE_AFTER, now));
             if evicted {
                 self.pump_bt(id, now);
                 return true;
@@ -314,9 +318,10 @@ impl Session {
                 if let Some(id) = c.transfer
                     && let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut())
                 {
-                    match error {
-                        Some(e) => b.torrent.peer_error(conn, e, now),
-                        None => b.torrent.remove_peer(conn, now),
+                    match (error, b.awake_mut()) {
+                        (Some(e), Some(t)) => t.peer_error(conn, e, now),
+                        (None, Some(t)) => t.remove_peer(conn, now),
+                        (_, None) => {}
                     }
                     self.pump_bt(id, now);
                 }
@@ -410,8 +415,9 @@ impl Session {
             return;
         };
         if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+            let t = b.torrent();
             for m in msgs {
-                b.torrent.handle_message(conn, m, now);
+                t.handle_message(conn, m, now);
             }
         }
         self.pump_bt(id, now);
@@ -464,8 +470,13 @@ impl Session {
         };
         match (c.proto, c.transfer) {
             (Proto::Bt, Some(id)) => {
-                if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
-                    b.torrent.on_sent(conn, bytes, now);
+                if let Some(t) = self
+                    .transfers
+                    .get_mut(&id)
+                    .and_then(|t| t.bt.as_mut())
+                    .and_then(|b| b.awake_mut())
+                {
+                    t.on_sent(conn, bytes, now);
                 }
                 self.pump_bt(id, now);
             }
@@ -492,7 +503,7 @@ impl Session {
         let ed2k_read = matches!(&ev, StorageEvent::ReadDone { id, .. } if id & weir_ed2k::transfer::UPLOAD_READ != 0);
         match (t.bt.as_mut(), t.ed2k.as_ref()) {
             (Some(b), e) if !(ed2k_read && e.is_some()) => {
-                b.torrent.handle_storage(ev, now);
+                b.torrent().handle_storage(ev, now);
                 self.pump_bt(id, now);
             }
             (_, Some(e)) => {
@@ -512,8 +523,13 @@ impl Session {
             }
             self.timers.pop_first();
             self.timer_of.remove(&id);
-            if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
-                b.torrent.handle_timeout(now);
+            if let Some(t) = self
+                .transfers
+                .get_mut(&id)
+                .and_then(|t| t.bt.as_mut())
+                .and_then(|b| b.awake_mut())
+            {
+                t.handle_timeout(now);
             }
             self.pump_bt(id, now);
         }
@@ -663,11 +679,15 @@ impl Session {
             // It took the last of the session's room with room of its own
             // left: the next slot freed anywhere is for a pass over all.
             self.global_starved |= addrs.len() == global && global < own;
-            let hello = match (proto, &t.bt) {
-                (Proto::Bt, Some(b)) => Hello::Bt {
-                    ours: b.torrent.handshake(),
-                    preamble: b.torrent.preamble(),
-                },
+            let hello = match (proto, t.bt.as_mut()) {
+                (Proto::Bt, Some(b)) => {
+                    // Dialling wakes a sleeping torrent: its peers come.
+                    let tor = b.torrent();
+                    Hello::Bt {
+                        ours: tor.handshake(),
+                        preamble: tor.preamble(),
+                    }
+                }
                 _ => Hello::Ed2k,
             };
             for addr in addrs {

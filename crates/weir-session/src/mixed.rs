@@ -52,7 +52,7 @@ impl Session {
             // A deselected file is not fetched, by either network.
             let wanted = |i: usize| {
                 let offset: u64 = files[..i].iter().map(|f| f.length).sum();
-                !b.torrent.deselected(offset, files[i].length)
+                !b.view().deselected(offset, files[i].length)
             };
             if let Some(i) = files.iter().position(|f| f.ed2k == Some(link.hash.0)) {
                 return wanted(i).then_some((*id, i));
@@ -84,7 +84,7 @@ impl Session {
         let offset: u64 = files[..index].iter().map(|f| f.length).sum();
         let grid = UnitGrid::new(offset, files[index].length, weir_ed2k::PARTSIZE)
             .expect("a positive part size");
-        let scheme = b.torrent.content_mut().add_scheme(grid);
+        let scheme = b.torrent().content_mut().add_scheme(grid);
         let file = self.ed2k.add_attached(link, grid, scheme)?;
         let mut book = weir_core::peers::PeerBook::new(
             self.book_cfg.clone(),
@@ -147,7 +147,7 @@ impl Session {
         self.lending = true;
         for &(id, file, _) in &self.mixed {
             if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
-                let c = b.torrent.lend_content();
+                let c = b.torrent().lend_content();
                 self.ed2k.lend(file, c);
             }
         }
@@ -164,7 +164,7 @@ impl Session {
                 self.ed2k.take_back(file),
                 self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()),
             ) {
-                b.torrent.return_content(c);
+                b.torrent().return_content(c);
             }
         }
         // What waited for the contents to come home.
@@ -234,7 +234,7 @@ impl Session {
         scheme: weir_core::content::SchemeId,
     ) -> Option<UnitGrid> {
         let b = self.transfers.get(&id)?.bt.as_ref()?;
-        b.torrent.content().scheme_grid(scheme).copied()
+        b.view().awake()?.content().scheme_grid(scheme).copied()
     }
 
     /// Storage checked a unit of a secondary scheme (the runtime did the
@@ -249,7 +249,7 @@ impl Session {
     ) {
         self.now = Some(now);
         if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
-            b.torrent.content_mut().unit_done(scheme, unit, ok);
+            b.torrent().content_mut().unit_done(scheme, unit, ok);
         }
         self.pump_bt(id, now);
     }
@@ -268,7 +268,7 @@ impl Session {
                 self.ed2k.lend(file, c);
             }
         } else if let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
-            b.torrent.content_mut().scheme_known(scheme);
+            b.torrent().content_mut().scheme_known(scheme);
         }
     }
 

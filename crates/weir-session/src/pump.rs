@@ -20,7 +20,8 @@ impl Session {
                 .transfers
                 .get_mut(&id)
                 .and_then(|t| t.bt.as_mut())
-                .and_then(|b| b.torrent.poll_event())
+                .and_then(|b| b.awake_mut())
+                .and_then(|t| t.poll_event())
             else {
                 break;
             };
@@ -68,6 +69,26 @@ impl Session {
             }
         }
         self.arm_bt_timer(id);
+        self.sleep_if_idle(id);
+    }
+
+    /// Puts the transfer's torrent to sleep once nothing is under way (no
+    /// peer, check, piece, read, timer or event; see
+    /// [`weir_bt::torrent::Dormant`]): a daemon's idle torrents then cost
+    /// a few hundred bytes each. Whatever needs it wakes it: a peer, a
+    /// dial, storage, a user's change. A torrent attached to an eD2k file
+    /// stays awake (the eD2k core borrows its content).
+    fn sleep_if_idle(&mut self, id: TransferId) {
+        let idle = self.transfers.get(&id).is_some_and(|t| {
+            t.ed2k.is_none()
+                && t.bt
+                    .as_ref()
+                    .and_then(|b| b.view().awake())
+                    .is_some_and(|tor| tor.can_sleep())
+        });
+        if idle && let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+            b.try_sleep();
+        }
     }
 
     fn arm_bt_timer(&mut self, id: TransferId) {
@@ -75,7 +96,8 @@ impl Session {
             .transfers
             .get(&id)
             .and_then(|t| t.bt.as_ref())
-            .and_then(|b| b.torrent.poll_timeout());
+            .and_then(|b| b.view().awake())
+            .and_then(|t| t.poll_timeout());
         let had = self.timer_of.get(&id).copied();
         if had == want {
             return;
@@ -198,7 +220,7 @@ impl Session {
         // Data found complete at start: the cores announce no completion
         // (nothing new happened), the transfer is complete all the same.
         let complete = match (&t.bt, &t.ed2k) {
-            (Some(b), _) => b.torrent.is_complete(),
+            (Some(b), _) => b.view().is_complete(),
             (None, Some(e)) => self.ed2k.is_complete(e.file),
             (None, None) => false,
         };

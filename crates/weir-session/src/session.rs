@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use weir_bt::metainfo::Metainfo;
-use weir_bt::torrent::{Torrent, TorrentConfig};
+use weir_bt::torrent::{Torrent, TorrentConfig, TorrentRef};
 use weir_bt::wire::Handshake;
 use weir_core::bitfield::Bitfield;
 use weir_core::close::{BanReason, CloseReason};
@@ -291,11 +291,7 @@ impl Session {
             Box::new(Transfer {
                 name: meta.info.name.as_str().into(),
                 size: meta.info.total_length(),
-                bt: Some(BtSide {
-                    torrent,
-                    meta,
-                    book,
-                }),
+                bt: Some(BtSide::new(torrent, meta, book)),
                 ed2k: None,
                 run: if spec.paused {
                     RunState::Paused
@@ -676,7 +672,7 @@ impl Session {
             disk_full: None,
         };
         if let Some(b) = &t.bt {
-            let s = b.torrent.stats(now);
+            let s = b.view().stats(now);
             info.bytes_had = s.bytes_had;
             info.wanted = s.bytes_wanted;
             info.downloaded.0 = s.downloaded;
@@ -716,8 +712,10 @@ impl Session {
         let Some(b) = self.transfers.get(&id).and_then(|t| t.bt.as_ref()) else {
             return Vec::new();
         };
-        b.torrent
-            .peer_stats(now)
+        let Some(t) = b.view().awake() else {
+            return Vec::new();
+        };
+        t.peer_stats(now)
             .into_iter()
             .map(|stats| {
                 let c = self.conns.get(&stats.conn);
@@ -765,9 +763,11 @@ impl Session {
             .map(|b| b.meta.clone())
     }
 
-    /// A torrent transfer's state machine (read-only).
-    pub fn torrent(&self, id: TransferId) -> Option<&Torrent> {
-        self.transfers.get(&id)?.bt.as_ref().map(|b| &b.torrent)
+    /// A torrent transfer's state machine, read-only: awake or asleep
+    /// (an idle torrent sleeps, see [`weir_bt::torrent::Dormant`]; reading
+    /// does not wake it).
+    pub fn torrent(&self, id: TransferId) -> Option<TorrentRef<'_>> {
+        self.transfers.get(&id)?.bt.as_ref().map(|b| b.view())
     }
 
     /// The transfer's eD2k file in the eD2k core, and the core.
@@ -837,7 +837,7 @@ impl Session {
         if !t.running() || !t.checked {
             return None;
         }
-        t.bt.as_ref().map(|b| b.torrent.handshake())
+        t.bt.as_ref().map(|b| b.view().handshake())
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use sha1::{Digest as _, Sha1};
 use weir_bt::metainfo::{FileEntry, Info, Metainfo};
+use weir_bt::torrent::TorrentRef;
 use weir_bt::wire::{Handshake, Message};
 use weir_core::bitfield::Bitfield;
 use weir_core::close::{BanReason, CloseReason};
@@ -895,4 +896,64 @@ fn peer_books_share_the_session_s_config() {
     };
     assert_eq!(book(a), book(b));
     assert_eq!(book(a), &*s.book_cfg as *const _);
+}
+
+/// An idle torrent sleeps (a few hundred bytes instead of its torrent and
+/// picker) and what reads it sees the same; a peer wakes it, and once the
+/// peer has gone and its timers have run out it sleeps again.
+#[test]
+fn an_idle_torrent_sleeps_and_a_peer_wakes_it() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let a = add(&mut s, 1, now);
+    dials(&mut s);
+    let asleep = |s: &Session| s.transfers[&a].bt.as_ref().unwrap().is_asleep();
+    assert!(asleep(&s), "nothing under way: it sleeps");
+    let info = s.info(a, now).expect("known");
+    assert_eq!(info.wanted, 100_000);
+    assert_eq!(info.bytes_had, 0);
+    assert!(matches!(s.torrent(a), Some(TorrentRef::Asleep(_))));
+    assert_eq!(s.torrent(a).unwrap().had().count(), 0);
+    assert_eq!(
+        s.bt_route(&[1; 20]).expect("it takes peers").info_hash,
+        [1; 20]
+    );
+
+    let c = s.incoming(Proto::Bt, peer(7), now).unwrap();
+    assert!(asleep(&s), "a handshake alone does not wake it");
+    s.established(
+        c,
+        Established::Bt {
+            theirs: their_handshake(1, 5),
+            preamble_sent: false,
+        },
+        now,
+    )
+    .unwrap();
+    assert!(!asleep(&s), "a peer wakes it");
+    assert_eq!(s.transfers[&a].counts.peers, 1);
+    assert_eq!(s.bt_peers(a, now).len(), 1);
+
+    s.closed(c, None, now);
+    let mut at = now;
+    for _ in 0..8 {
+        while s.poll_event().is_some() {}
+        match s.poll_timeout() {
+            Some(t) if !asleep(&s) => {
+                at = at.max(t);
+                s.handle_timeout(at);
+            }
+            _ => break,
+        }
+    }
+    assert!(
+        asleep(&s),
+        "its peer gone and its timers run out: asleep again"
+    );
+    let again = s.info(a, at).expect("known");
+    assert_eq!(
+        (again.wanted, again.bytes_had),
+        (info.wanted, info.bytes_had)
+    );
+    assert!(s.bt_peers(a, at).is_empty());
 }

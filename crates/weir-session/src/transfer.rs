@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use weir_bt::metainfo::Metainfo;
-use weir_bt::torrent::Torrent;
+use weir_bt::torrent::{Dormant, Torrent, TorrentRef};
 use weir_core::peers::{ConnCounts, PeerBook};
 use weir_ed2k::Md4Hash;
 use weir_ed2k::transfer::FileId;
@@ -38,9 +38,89 @@ pub enum Phase {
 /// The BitTorrent side of a transfer.
 #[derive(Debug)]
 pub(crate) struct BtSide {
-    pub(crate) torrent: Torrent,
+    slot: TorrentSlot,
     pub(crate) meta: Arc<Metainfo>,
     pub(crate) book: PeerBook,
+}
+
+/// A torrent awake, or asleep while idle (see [`weir_bt::torrent::Dormant`]):
+/// a daemon's idle torrents hold ~400 bytes each instead of ~1.2 KB and
+/// their pickers' tables.
+// Asleep is the larger and, in a big session, the common state: inline,
+// it costs no allocation of its own.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum TorrentSlot {
+    Awake(Box<Torrent>),
+    Asleep(Dormant),
+    /// Only while one becomes the other.
+    Moving,
+}
+
+impl BtSide {
+    pub(crate) fn new(torrent: Torrent, meta: Arc<Metainfo>, book: PeerBook) -> Self {
+        Self {
+            slot: TorrentSlot::Awake(Box::new(torrent)),
+            meta,
+            book,
+        }
+    }
+
+    /// The torrent, woken if it sleeps: every input to it comes here.
+    pub(crate) fn torrent(&mut self) -> &mut Torrent {
+        if !matches!(self.slot, TorrentSlot::Awake(_)) {
+            let TorrentSlot::Asleep(d) = std::mem::replace(&mut self.slot, TorrentSlot::Moving)
+            else {
+                unreachable!("a slot is awake or asleep between calls")
+            };
+            self.slot = TorrentSlot::Awake(Box::new(d.wake(&self.meta)));
+        }
+        match &mut self.slot {
+            TorrentSlot::Awake(t) => t,
+            _ => unreachable!("woken above"),
+        }
+    }
+
+    /// The torrent as it is, awake or asleep (reading never wakes it).
+    pub(crate) fn view(&self) -> TorrentRef<'_> {
+        match &self.slot {
+            TorrentSlot::Awake(t) => TorrentRef::Awake(t),
+            TorrentSlot::Asleep(d) => TorrentRef::Asleep(d),
+            TorrentSlot::Moving => unreachable!("a slot is awake or asleep between calls"),
+        }
+    }
+
+    /// The torrent if it is awake (what has no business with a sleeping
+    /// one, such as a peer's message or a timer, does not wake it).
+    pub(crate) fn awake_mut(&mut self) -> Option<&mut Torrent> {
+        match &mut self.slot {
+            TorrentSlot::Awake(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Whether it sleeps.
+    #[cfg(test)]
+    pub(crate) fn is_asleep(&self) -> bool {
+        matches!(self.slot, TorrentSlot::Asleep(_))
+    }
+
+    /// Puts the torrent to sleep if it is idle ([`Torrent::can_sleep`]);
+    /// whether it sleeps now.
+    pub(crate) fn try_sleep(&mut self) -> bool {
+        match &self.slot {
+            TorrentSlot::Awake(t) if t.can_sleep() => {
+                let TorrentSlot::Awake(t) = std::mem::replace(&mut self.slot, TorrentSlot::Moving)
+                else {
+                    unreachable!("matched above")
+                };
+                self.slot = TorrentSlot::Asleep(t.sleep());
+                true
+            }
+            TorrentSlot::Awake(_) => false,
+            _ => true,
+        }
+    }
 }
 
 /// The eD2k side of a transfer (its file in the session's eD2k client).

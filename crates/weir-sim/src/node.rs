@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_bt::torrent::Torrent;
+use weir_bt::torrent::TorrentRef;
 use weir_core::bitfield::Bitfield;
 use weir_core::policy::NetPolicy;
 use weir_core::storage::{Digests, StorageEvent, StorageOp};
@@ -390,7 +390,7 @@ impl Node {
 
     /// The torrent of its first transfer that has one (for its stats).
     /// Panics when it has none.
-    pub fn torrent(&self) -> &Torrent {
+    pub fn torrent(&self) -> TorrentRef<'_> {
         self.slots
             .keys()
             .find_map(|&t| self.session.torrent(t))

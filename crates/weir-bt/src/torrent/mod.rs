@@ -17,6 +17,7 @@
 //! becomes a storage read (adjacent requests are read together), and the
 //! data goes back as a header plus a slice of the read buffer.
 
+mod dormant;
 mod lost;
 mod peer;
 mod slots;
@@ -39,6 +40,7 @@ use weir_core::storage::{Digests, StorageEvent, StorageOp};
 
 use crate::metainfo::Metainfo;
 use crate::wire::{BLOCK_LEN, BlockRef, ExtHandshake, Handshake, Message};
+pub use dormant::{Dormant, TorrentRef};
 use peer::{Has, Outstanding, Peer};
 
 /// A connection, as the runtime and the torrent both name it.
@@ -92,6 +94,17 @@ pub struct PeerStats {
     pub download_rate: f64,
     /// Bytes/s we send it (display window).
     pub upload_rate: f64,
+}
+
+/// Whether a piece under the bytes `offset..offset + len` of `geo` is
+/// skipped (see [`Torrent::deselected`]).
+fn spans_skipped(geo: &Geometry, offset: u64, len: u64, skipped: impl Fn(u32) -> bool) -> bool {
+    let pl = u64::from(geo.piece_len()).max(1);
+    if len == 0 {
+        return false;
+    }
+    let (first, last) = (offset / pl, (offset + len - 1) / pl);
+    (first..=last).any(|p| u32::try_from(p).is_ok_and(&skipped))
 }
 
 /// Tunables of one torrent.
@@ -306,8 +319,7 @@ impl Torrent {
     /// The wanted pieces and priorities are handed to the content, which
     /// keeps them: the torrent's own config keeps no second copy.
     pub fn new(meta: &Metainfo, mut cfg: TorrentConfig, had: &Bitfield, check: &Bitfield) -> Self {
-        let geo = Geometry::new(meta.info.total_length(), meta.info.piece_length, BLOCK_LEN)
-            .expect("metainfo guarantees a valid geometry");
+        let geo = Self::geometry_of(meta);
         let content = Content::new(
             geo,
             ContentConfig {
@@ -325,12 +337,24 @@ impl Torrent {
             pieces: geo.piece_count(),
             ..Stats::default()
         };
-        let mut t = Self {
+        let mut t = Self::with_content(meta, cfg, content, stats);
+        t.pump();
+        t
+    }
+
+    fn geometry_of(meta: &Metainfo) -> Geometry {
+        Geometry::new(meta.info.total_length(), meta.info.piece_length, BLOCK_LEN)
+            .expect("metainfo guarantees a valid geometry")
+    }
+
+    /// A torrent over `content` with no peer, nothing queued.
+    fn with_content(meta: &Metainfo, cfg: TorrentConfig, content: Content, stats: Stats) -> Self {
+        Self {
             pex: cfg.pex && !meta.info.private,
             info_hash: meta.info_hash,
             metadata: crate::metadata::LazyServer::new(meta.info_bytes.clone()),
             rng: fastrand::Rng::with_seed(cfg.seed ^ 0x9e37_79b9),
-            geo,
+            geo: *content.geometry(),
             cfg,
             content,
             peers: BTreeMap::new(),
@@ -346,9 +370,39 @@ impl Torrent {
             stats,
             now: None,
             refill: false,
-        };
-        t.pump();
-        t
+        }
+    }
+
+    /// Whether this torrent can sleep (see [`Dormant`]): no peer, nothing
+    /// queued for the runtime, no read or timer pending, no metadata being
+    /// served, its content quiet ([`Content::is_quiet`]).
+    pub fn can_sleep(&self) -> bool {
+        self.peers.is_empty()
+            && self.events.is_empty()
+            && self.reads.is_empty()
+            && self.dirty.is_empty()
+            && self.poll_timeout().is_none()
+            && !self.metadata.is_serving()
+            && !self.refill
+            && self.content.is_quiet()
+    }
+
+    /// This torrent as a [`Dormant`] (call only when
+    /// [`Torrent::can_sleep`]): what it had, wanted and counted, without
+    /// the tables a swarm needs.
+    pub fn sleep(self) -> Dormant {
+        debug_assert!(self.can_sleep(), "only an idle torrent sleeps");
+        Dormant {
+            cfg: self.cfg,
+            content: self.content.into_quiet(),
+            geo: self.geo,
+            info_hash: self.info_hash,
+            stats: self.stats,
+            banned: self.banned,
+            rng: self.rng,
+            choke_rounds: self.choke_rounds,
+            next_read: self.next_read,
+        }
     }
 
     /// The expected SHA-1 of every piece, for the storage layer.
@@ -480,12 +534,7 @@ impl Torrent {
     /// Whether the bytes `offset..offset + len` are deselected (some piece
     /// under them is skipped: a wanted file's pieces never are).
     pub fn deselected(&self, offset: u64, len: u64) -> bool {
-        let pl = u64::from(self.geo.piece_len()).max(1);
-        if len == 0 {
-            return false;
-        }
-        let (first, last) = (offset / pl, (offset + len - 1) / pl);
-        (first..=last).any(|p| u32::try_from(p).is_ok_and(|p| self.content.is_skipped(p)))
+        spans_skipped(&self.geo, offset, len, |p| self.content.is_skipped(p))
     }
 
     /// A connection finished its handshake: from now on it is a peer.

@@ -719,3 +719,129 @@ fn default_configs_share_one_client_name() {
     assert!(std::sync::Arc::ptr_eq(&a.client_name, &b.client_name));
     assert!(a.client_name.starts_with("weir "));
 }
+
+/// Counters of a torrent with no peer, for comparing (no rate; an empty
+/// sum of rates is -0.0).
+fn idle_stats(mut s: Stats) -> String {
+    assert!(s.download_rate == 0.0 && s.upload_rate == 0.0 && s.peers == 0);
+    s.download_rate = 0.0;
+    s.upload_rate = 0.0;
+    format!("{s:?}")
+}
+
+/// Drops every link of node `i` on both sides and drains both.
+fn disconnect_all(s: &mut Swarm, i: usize) {
+    let now = s.now;
+    let links: Vec<(ConnId, (usize, ConnId))> =
+        std::mem::take(&mut s.nodes[i].links).into_iter().collect();
+    for (c, (j, cj)) in links {
+        s.nodes[j].links.remove(&cj);
+        s.nodes[j].t.remove_peer(cj, now);
+        s.nodes[i].t.remove_peer(c, now);
+    }
+    for n in 0..s.nodes.len() {
+        s.step(n);
+    }
+}
+
+/// A torrent that slept wakes as it was: the same counters, pieces had,
+/// deselected pieces, priorities and banned addresses, nothing announced
+/// again, and it goes on fetching what it still wants. It cannot sleep
+/// while a peer is connected or a check runs.
+#[test]
+fn a_torrent_that_slept_wakes_as_it_was() {
+    use weir_core::picker::Priority;
+    let mut s = Swarm::new(payload(12 * PIECE as usize));
+    let seed = s.add(true);
+    let leech = s.add(false);
+    let m = meta(&s.data);
+    let n = m.info.piece_count();
+    // Piece 11 deselected, 9 first, 0 last; pieces 2 and 3 resumed.
+    let mut wanted = Bitfield::full(n);
+    wanted.clear(11);
+    let mut prio = vec![Priority::Normal; n as usize];
+    prio[9] = Priority::High;
+    prio[0] = Priority::Low;
+    let mut had = Bitfield::new(n);
+    for p in [2, 3] {
+        had.set(p);
+        let at = (p * PIECE) as usize;
+        let chunk = s.data[at..at + PIECE as usize].to_vec();
+        s.nodes[leech].store[at..at + PIECE as usize].copy_from_slice(&chunk);
+    }
+    let mut cfg = TorrentConfig::new([1; 20]);
+    cfg.seed = 1;
+    cfg.wanted = Some(wanted);
+    cfg.priorities = Some(prio.into());
+    s.nodes[leech].t = Torrent::new(&m, cfg, &had, &Bitfield::new(n));
+    while s.nodes[leech].t.poll_event().is_some() {}
+
+    // Asleep from the start, woken, then fetching from the seed.
+    let before = idle_stats(s.nodes[leech].t.stats(s.now));
+    let t = std::mem::replace(
+        &mut s.nodes[leech].t,
+        Torrent::new(&m, TorrentConfig::new([9; 20]), &had, &had),
+    );
+    assert!(t.can_sleep());
+    let d = t.sleep();
+    assert_eq!(idle_stats(d.stats()), before);
+    assert_eq!(d.had(), &had);
+    assert!(d.deselected(11 * u64::from(PIECE), 1));
+    assert!(!d.deselected(10 * u64::from(PIECE), 1));
+    s.nodes[leech].t = d.wake(&m);
+    assert!(
+        s.nodes[leech].t.poll_event().is_none(),
+        "nothing announced again"
+    );
+    assert_eq!(idle_stats(s.nodes[leech].t.stats(s.now)), before);
+    s.connect(seed, leech);
+    assert!(!s.nodes[leech].t.can_sleep(), "a peer is connected");
+    s.run();
+    let order = s.nodes[leech].verified.clone();
+    assert_eq!(order.first(), Some(&9), "priorities kept: {order:?}");
+    assert_eq!(order.last(), Some(&0), "priorities kept: {order:?}");
+    assert!(
+        !order.contains(&11) && !order.contains(&2) && !order.contains(&3),
+        "{order:?}"
+    );
+    assert!(s.nodes[leech].t.is_complete());
+    let want = (11 * PIECE) as usize;
+    assert_eq!(s.nodes[leech].store[..want], s.data[..want]);
+
+    // Complete, its peer gone: it sleeps and wakes with its counters and
+    // bans, and announces no completion again.
+    disconnect_all(&mut s, leech);
+    let t = &mut s.nodes[leech].t;
+    // Its timers run out once more with no peer, then stop.
+    let mut now = s.now;
+    for _ in 0..4 {
+        if let Some(at) = t.poll_timeout() {
+            assert!(!t.can_sleep(), "a timer is pending");
+            now = at;
+            t.handle_timeout(now);
+        }
+    }
+    assert_eq!(t.poll_timeout(), None);
+    t.banned.insert([10, 0, 0, 1].into());
+    let before = idle_stats(t.stats(now));
+    assert!(t.stats(now).downloaded > 0);
+    let t = std::mem::replace(t, Torrent::new(&m, TorrentConfig::new([9; 20]), &had, &had));
+    assert!(t.can_sleep());
+    let d = t.sleep();
+    assert!(d.is_complete());
+    assert_eq!(idle_stats(d.stats()), before);
+    let mut t = d.wake(&m);
+    assert!(t.poll_event().is_none(), "no second completion");
+    assert_eq!(idle_stats(t.stats(now)), before);
+    assert!(t.banned.contains(&[10, 0, 0, 1].into()));
+    assert!(t.is_complete() && t.deselected(11 * u64::from(PIECE), 1));
+
+    // A torrent checking its data does not sleep.
+    let checking = Torrent::new(
+        &m,
+        TorrentConfig::new([2; 20]),
+        &Bitfield::new(n),
+        &Bitfield::full(n),
+    );
+    assert!(!checking.can_sleep());
+}

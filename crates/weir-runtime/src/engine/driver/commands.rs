@@ -152,7 +152,7 @@ impl Driver {
                 self.publish(false);
             }
             Command::Pieces(id, reply) => {
-                let had = self.session.torrent(id).map(|t| t.content().had().clone());
+                let had = self.session.torrent(id).map(|t| t.had().clone());
                 let _ = reply.send(had);
             }
             Command::SetCaps { id, down, up } => {

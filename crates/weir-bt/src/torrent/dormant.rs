@@ -1,0 +1,182 @@
+//! A torrent asleep: what an idle torrent (no peer, nothing under way)
+//! keeps so that it can be rebuilt, and what it answers meanwhile.
+//!
+//! A daemon holds thousands of torrents and most of them sit idle: no
+//! peer connected, nothing being checked, fetched or served. A live
+//! [`Torrent`] holds ~1.2 KB inline plus its picker's per-piece tables
+//! for that; a [`Dormant`] holds its settings, had pieces, wanted pieces,
+//! priorities and counters (~400 bytes) and wakes into a torrent that
+//! behaves as the one that slept: the same pieces had, wanted and
+//! prioritised, the same counters and banned addresses, nothing announced
+//! again.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use weir_core::bitfield::Bitfield;
+use weir_core::content::Quiet;
+use weir_core::geometry::Geometry;
+
+use super::{Stats, Torrent, TorrentConfig};
+use crate::metainfo::Metainfo;
+use crate::wire::Handshake;
+
+/// An idle torrent kept small (see the module docs): made by
+/// [`Torrent::sleep`], made a torrent again by [`Dormant::wake`].
+#[derive(Debug)]
+pub struct Dormant {
+    pub(super) cfg: TorrentConfig,
+    pub(super) content: Quiet,
+    pub(super) geo: Geometry,
+    pub(super) info_hash: [u8; 20],
+    pub(super) stats: Stats,
+    pub(super) banned: BTreeSet<IpAddr>,
+    pub(super) rng: fastrand::Rng,
+    pub(super) choke_rounds: u32,
+    pub(super) next_read: u64,
+}
+
+impl Dormant {
+    /// The torrent again, for `meta` (the metainfo it was made from).
+    pub fn wake(self, meta: &Metainfo) -> Torrent {
+        debug_assert_eq!(
+            meta.info_hash, self.info_hash,
+            "woken with its own metainfo"
+        );
+        let content = self.content.wake(self.geo);
+        let mut t = Torrent::with_content(meta, self.cfg, content, self.stats);
+        t.banned = self.banned;
+        t.rng = self.rng;
+        t.choke_rounds = self.choke_rounds;
+        t.next_read = self.next_read;
+        t
+    }
+
+    /// Counters at any time (no peer: no rate).
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.peers = 0;
+        s.pieces_had = self.content.had().count();
+        s.bytes_left = self.content.bytes_left();
+        let c = self.content.stats();
+        s.hash_failures = c.hash_failures;
+        s.duplicate_blocks = c.duplicate_blocks;
+        s.bytes_wanted = self.content.bytes_wanted();
+        s.bytes_had = s.bytes_wanted - s.bytes_left;
+        s.download_rate = 0.0;
+        s.upload_rate = 0.0;
+        s
+    }
+
+    /// Pieces verified.
+    pub fn had(&self) -> &Bitfield {
+        self.content.had()
+    }
+
+    /// Whether every wanted piece is verified.
+    pub fn is_complete(&self) -> bool {
+        self.content.is_complete()
+    }
+
+    /// Pieces and blocks.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The torrent's info-hash.
+    pub fn info_hash(&self) -> [u8; 20] {
+        self.info_hash
+    }
+
+    /// See [`Torrent::deselected`].
+    pub fn deselected(&self, offset: u64, len: u64) -> bool {
+        super::spans_skipped(&self.geo, offset, len, |p| self.content.is_skipped(p))
+    }
+
+    /// Our handshake for this torrent (what [`Torrent::handshake`] says).
+    pub fn handshake(&self) -> Handshake {
+        let h = Handshake::new(self.info_hash, self.cfg.peer_id);
+        if self.cfg.dht_port.is_some() {
+            h.with_dht()
+        } else {
+            h
+        }
+    }
+}
+
+/// A torrent awake or asleep, read-only: what a runtime or a front end
+/// reads of a transfer without waking it.
+#[derive(Clone, Copy, Debug)]
+pub enum TorrentRef<'a> {
+    /// Live.
+    Awake(&'a Torrent),
+    /// Asleep.
+    Asleep(&'a Dormant),
+}
+
+impl<'a> TorrentRef<'a> {
+    /// Counters and rates at `now`.
+    pub fn stats(self, now: Instant) -> Stats {
+        match self {
+            TorrentRef::Awake(t) => t.stats(now),
+            TorrentRef::Asleep(d) => d.stats(),
+        }
+    }
+
+    /// Pieces verified.
+    pub fn had(self) -> &'a Bitfield {
+        match self {
+            TorrentRef::Awake(t) => t.had(),
+            TorrentRef::Asleep(d) => d.had(),
+        }
+    }
+
+    /// Whether every wanted piece is verified.
+    pub fn is_complete(self) -> bool {
+        match self {
+            TorrentRef::Awake(t) => t.is_complete(),
+            TorrentRef::Asleep(d) => d.is_complete(),
+        }
+    }
+
+    /// Pieces and blocks.
+    pub fn geometry(self) -> &'a Geometry {
+        match self {
+            TorrentRef::Awake(t) => t.geometry(),
+            TorrentRef::Asleep(d) => d.geometry(),
+        }
+    }
+
+    /// The torrent's info-hash.
+    pub fn info_hash(self) -> [u8; 20] {
+        match self {
+            TorrentRef::Awake(t) => t.info_hash(),
+            TorrentRef::Asleep(d) => d.info_hash(),
+        }
+    }
+
+    /// Our handshake for this torrent.
+    pub fn handshake(self) -> Handshake {
+        match self {
+            TorrentRef::Awake(t) => t.handshake(),
+            TorrentRef::Asleep(d) => d.handshake(),
+        }
+    }
+
+    /// See [`Torrent::deselected`].
+    pub fn deselected(self, offset: u64, len: u64) -> bool {
+        match self {
+            TorrentRef::Awake(t) => t.deselected(offset, len),
+            TorrentRef::Asleep(d) => d.deselected(offset, len),
+        }
+    }
+
+    /// The live torrent, if awake.
+    pub fn awake(self) -> Option<&'a Torrent> {
+        match self {
+            TorrentRef::Awake(t) => Some(t),
+            TorrentRef::Asleep(_) => None,
+        }
+    }
+}

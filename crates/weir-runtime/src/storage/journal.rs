@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,6 @@ pub(crate) enum Note {
 pub(crate) struct Journal {
     dir: Arc<SafeDir>,
     name: String,
-    shown: PathBuf,
     file: std::sync::Mutex<Option<File>>,
     warned: std::sync::atomic::AtomicBool,
 }
@@ -74,7 +73,6 @@ impl Journal {
     /// waits to be flushed yet).
     pub(crate) fn new(dir: Arc<SafeDir>, name: String) -> Self {
         Self {
-            shown: dir.path().join(&name),
             dir,
             name,
             file: std::sync::Mutex::new(None),
@@ -120,7 +118,7 @@ impl Journal {
         if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(
                 "resume journal {}: {e}; pieces verified meanwhile may be hashed again next time",
-                self.shown.display()
+                self.dir.path().join(&self.name).display()
             );
         }
     }
@@ -203,21 +201,22 @@ pub(crate) struct Appender {
     pending: Vec<u32>,
     pending_bytes: u64,
     since: Option<Instant>,
-    /// Files written since the last flush.
+    /// Files written since the last flush (empty until the first write:
+    /// a daemon's idle transfers hold none).
     dirty: Vec<bool>,
-    /// Pieces whose flush failed: never vouched for in this run.
+    /// Pieces whose flush failed: never vouched for in this run (empty
+    /// until the first such failure or loss).
     doubtful: Bitfield,
 }
 
 impl Appender {
     /// A journal thread vouching in `journal`.
     pub(crate) fn new(journal: Arc<Journal>, files: Arc<Files>, geo: Geometry) -> Self {
-        let n = files.layout().files().len();
         Self {
             journal,
             files,
-            dirty: vec![false; n],
-            doubtful: Bitfield::new(geo.piece_count()),
+            dirty: Vec::new(),
+            doubtful: Bitfield::new(0),
             geo,
             pending: Vec::new(),
             pending_bytes: 0,
@@ -249,7 +248,18 @@ impl Appender {
         self.flush(true);
     }
 
+    /// Marks `piece` as failed to flush or lost.
+    fn doubt(&mut self, piece: u32) {
+        if self.doubtful.is_empty() {
+            self.doubtful = Bitfield::new(self.geo.piece_count());
+        }
+        self.doubtful.set(piece);
+    }
+
     fn touch(&mut self, piece: u32) {
+        if self.dirty.is_empty() {
+            self.dirty = vec![false; self.files.layout().files().len()];
+        }
         let off = self.geo.piece_offset(piece);
         for (fi, _, _) in self
             .files
@@ -275,7 +285,7 @@ impl Appender {
             Note::Lost(pieces) => {
                 self.pending.retain(|p| !pieces.contains(p));
                 for &p in &pieces {
-                    self.doubtful.set(p);
+                    self.doubt(p);
                 }
                 if self
                     .journal
@@ -314,7 +324,7 @@ impl Appender {
                     self.files.shown(fi).display()
                 );
                 for p in self.files.layout().pieces_of_file(fi, &self.geo) {
-                    self.doubtful.set(p);
+                    self.doubt(p);
                 }
             }
         }

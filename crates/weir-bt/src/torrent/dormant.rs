@@ -19,6 +19,44 @@ use weir_core::content::Quiet;
 use weir_core::geometry::Geometry;
 
 use super::{Stats, Torrent, TorrentConfig};
+
+/// The counters a torrent keeps itself (the rest of [`Stats`] is read
+/// from its content and peers).
+#[derive(Debug)]
+pub(super) struct Counters {
+    downloaded: u64,
+    uploaded: u64,
+    protocol_errors: u32,
+    banned: u32,
+    unrequested_blocks: u32,
+    slots_reclaimed: u32,
+}
+
+impl Counters {
+    pub(super) fn of(s: &Stats) -> Self {
+        Self {
+            downloaded: s.downloaded,
+            uploaded: s.uploaded,
+            protocol_errors: s.protocol_errors,
+            banned: s.banned,
+            unrequested_blocks: s.unrequested_blocks,
+            slots_reclaimed: s.slots_reclaimed,
+        }
+    }
+
+    fn stats(&self, geo: &Geometry) -> Stats {
+        Stats {
+            downloaded: self.downloaded,
+            uploaded: self.uploaded,
+            protocol_errors: self.protocol_errors,
+            banned: self.banned,
+            unrequested_blocks: self.unrequested_blocks,
+            slots_reclaimed: self.slots_reclaimed,
+            pieces: geo.piece_count(),
+            ..Stats::default()
+        }
+    }
+}
 use crate::metainfo::Metainfo;
 use crate::wire::Handshake;
 
@@ -30,7 +68,7 @@ pub struct Dormant {
     pub(super) content: Quiet,
     pub(super) geo: Geometry,
     pub(super) info_hash: [u8; 20],
-    pub(super) stats: Stats,
+    pub(super) counters: Counters,
     pub(super) banned: BTreeSet<IpAddr>,
     pub(super) rng: fastrand::Rng,
     pub(super) choke_rounds: u32,
@@ -44,8 +82,12 @@ impl Dormant {
             meta.info_hash, self.info_hash,
             "woken with its own metainfo"
         );
-        let content = self.content.wake(self.geo);
-        let mut t = Torrent::with_content(meta, self.cfg, content, self.stats);
+        let mut cfg = self.cfg;
+        let content = self
+            .content
+            .wake(self.geo, Torrent::content_config(&mut cfg));
+        let stats = self.counters.stats(&self.geo);
+        let mut t = Torrent::with_content(meta, cfg, content, stats);
         t.banned = self.banned;
         t.rng = self.rng;
         t.choke_rounds = self.choke_rounds;
@@ -55,7 +97,7 @@ impl Dormant {
 
     /// Counters at any time (no peer: no rate).
     pub fn stats(&self) -> Stats {
-        let mut s = self.stats.clone();
+        let mut s = self.counters.stats(&self.geo);
         s.peers = 0;
         s.pieces_had = self.content.had().count();
         s.bytes_left = self.content.bytes_left();
@@ -91,7 +133,10 @@ impl Dormant {
 
     /// See [`Torrent::deselected`].
     pub fn deselected(&self, offset: u64, len: u64) -> bool {
-        super::spans_skipped(&self.geo, offset, len, |p| self.content.is_skipped(p))
+        let wanted = self.cfg.wanted.as_ref();
+        super::spans_skipped(&self.geo, offset, len, |p| {
+            wanted.is_some_and(|w| !w.get(p))
+        })
     }
 
     /// Our handshake for this torrent (what [`Torrent::handshake`] says).

@@ -320,19 +320,7 @@ impl Torrent {
     /// keeps them: the torrent's own config keeps no second copy.
     pub fn new(meta: &Metainfo, mut cfg: TorrentConfig, had: &Bitfield, check: &Bitfield) -> Self {
         let geo = Self::geometry_of(meta);
-        let content = Content::new(
-            geo,
-            ContentConfig {
-                order: cfg.order,
-                seed: cfg.seed,
-                max_unverified: cfg.max_unverified,
-                wanted: cfg.wanted.take(),
-                priorities: cfg.priorities.take(),
-                ..ContentConfig::default()
-            },
-            had,
-            check,
-        );
+        let content = Content::new(geo, Self::content_config(&mut cfg), had, check);
         let stats = Stats {
             pieces: geo.piece_count(),
             ..Stats::default()
@@ -340,6 +328,19 @@ impl Torrent {
         let mut t = Self::with_content(meta, cfg, content, stats);
         t.pump();
         t
+    }
+
+    /// The content's config from the torrent's, the wanted pieces and
+    /// priorities moved (the torrent's config keeps no second copy).
+    fn content_config(cfg: &mut TorrentConfig) -> ContentConfig {
+        ContentConfig {
+            order: cfg.order,
+            seed: cfg.seed,
+            max_unverified: cfg.max_unverified,
+            wanted: cfg.wanted.take(),
+            priorities: cfg.priorities.take(),
+            ..ContentConfig::default()
+        }
     }
 
     fn geometry_of(meta: &Metainfo) -> Geometry {
@@ -392,12 +393,19 @@ impl Torrent {
     /// the tables a swarm needs.
     pub fn sleep(self) -> Dormant {
         debug_assert!(self.can_sleep(), "only an idle torrent sleeps");
+        let (content, now) = self.content.into_quiet();
+        // The content's wanted pieces, priorities and order as they are
+        // now, kept where a new torrent takes them from.
+        let mut cfg = self.cfg;
+        cfg.wanted = now.wanted;
+        cfg.priorities = now.priorities;
+        cfg.order = now.order;
         Dormant {
-            cfg: self.cfg,
-            content: self.content.into_quiet(),
+            cfg,
+            content,
             geo: self.geo,
             info_hash: self.info_hash,
-            stats: self.stats,
+            counters: dormant::Counters::of(&self.stats),
             banned: self.banned,
             rng: self.rng,
             choke_rounds: self.choke_rounds,

@@ -798,27 +798,31 @@ impl Content {
             && self.picker.is_quiet()
     }
 
-    /// What this quiet content is, in a few bytes (see [`Content::is_quiet`];
-    /// a content that is not quiet loses what is under way).
-    pub fn into_quiet(self) -> Quiet {
+    /// What this quiet content is, in a few bytes, and the config that
+    /// makes it again (its wanted pieces, priorities and order as they are
+    /// now; see [`Content::is_quiet`]: a content that is not quiet loses
+    /// what is under way). The owner keeps the config as it likes (a
+    /// torrent in its own config) and hands it to [`Quiet::wake`].
+    pub fn into_quiet(self) -> (Quiet, ContentConfig) {
         debug_assert!(self.is_quiet(), "only a quiet content sleeps");
         let priorities = self.picker.priorities();
         let priorities = (!priorities.is_empty()).then(|| Arc::from(priorities));
-        Quiet {
+        let quiet = Quiet {
             complete: self.is_complete(),
             bytes_left: self.bytes_left(),
             bytes_wanted: self.bytes_wanted(),
-            cfg: ContentConfig {
-                order: self.picker.order(),
-                wanted: self.picker.wanted(),
-                priorities,
-                ..self.cfg
-            },
             stats: self.stats,
             complete_announced: self.complete_announced,
             check_done_announced: self.check_done_announced,
             had: self.picker.had().clone(),
-        }
+        };
+        let cfg = ContentConfig {
+            order: self.picker.order(),
+            wanted: self.picker.wanted(),
+            priorities,
+            ..self.cfg
+        };
+        (quiet, cfg)
     }
 
     // ---- events -----------------------------------------------------------------
@@ -838,14 +842,13 @@ impl Content {
     }
 }
 
-/// A quiet content (see [`Content::is_quiet`]) kept as what rebuilds it:
-/// its had pieces, wanted pieces, priorities, order, counters and what it
-/// has announced. A transfer with no peer and nothing under way keeps
-/// this instead of its content, about 150 bytes instead of 600 and the
-/// picker's per-piece tables.
+/// A quiet content (see [`Content::is_quiet`]) kept as what rebuilds it
+/// with its config ([`Content::into_quiet`]): its had pieces, counters and
+/// what it has announced. A transfer with no peer and nothing under way
+/// keeps this instead of its content, about 80 bytes instead of 600 and
+/// the picker's per-piece tables.
 #[derive(Clone, Debug)]
 pub struct Quiet {
-    cfg: ContentConfig,
     had: Bitfield,
     stats: ContentStats,
     bytes_left: u64,
@@ -856,10 +859,11 @@ pub struct Quiet {
 }
 
 impl Quiet {
-    /// The content again, over `geo` (the geometry it had), as it was: it
-    /// announces nothing it announced before.
-    pub fn wake(self, geo: Geometry) -> Content {
-        let mut c = Content::new(geo, self.cfg, &self.had, &Bitfield::new(0));
+    /// The content again, over `geo` (the geometry it had) with `cfg` (the
+    /// config [`Content::into_quiet`] gave), as it was: it announces
+    /// nothing it announced before.
+    pub fn wake(self, geo: Geometry, cfg: ContentConfig) -> Content {
+        let mut c = Content::new(geo, cfg, &self.had, &Bitfield::new(0));
         c.events.clear();
         c.stats = self.stats;
         c.complete_announced = self.complete_announced;
@@ -890,11 +894,6 @@ impl Quiet {
     /// See [`Content::bytes_wanted`].
     pub fn bytes_wanted(&self) -> u64 {
         self.bytes_wanted
-    }
-
-    /// See [`Content::is_skipped`].
-    pub fn is_skipped(&self, piece: u32) -> bool {
-        self.cfg.wanted.as_ref().is_some_and(|w| !w.get(piece))
     }
 }
 

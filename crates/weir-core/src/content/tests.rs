@@ -465,3 +465,55 @@ fn a_scheme_whose_digests_never_come_does_not_block_completion() {
             .any(|e| matches!(e, ContentEvent::CheckUnit { .. }))
     );
 }
+
+/// A quiet content made again from its `Quiet` and config is the same:
+/// pieces had, skipped, priorities, order, counts and sizes; it announces
+/// nothing again. A content with a check running or a piece held is not
+/// quiet.
+#[test]
+fn a_quiet_content_wakes_as_it_was() {
+    let geo = Geometry::new(10 * 32_768 + 5, 32_768, 16_384).unwrap();
+    let n = geo.piece_count();
+    let mut wanted = Bitfield::full(n);
+    wanted.clear(4);
+    let mut prio = vec![Priority::Normal; n as usize];
+    prio[7] = Priority::High;
+    let mut had = Bitfield::new(n);
+    had.set(1);
+    had.set(10);
+    let cfg = ContentConfig {
+        wanted: Some(wanted),
+        priorities: Some(prio.into()),
+        ..ContentConfig::default()
+    };
+    let mut c = Content::new(geo, cfg, &had, &Bitfield::new(n));
+    c.set_order(Order::Sequential);
+    while c.poll_event().is_some() {}
+    assert!(c.is_quiet());
+    let (bytes_left, bytes_wanted) = (c.bytes_left(), c.bytes_wanted());
+    let (q, cfg) = c.into_quiet();
+    assert_eq!(
+        (q.bytes_left(), q.bytes_wanted()),
+        (bytes_left, bytes_wanted)
+    );
+    assert_eq!(q.had(), &had);
+    assert!(!q.is_complete());
+    let mut w = q.wake(geo, cfg);
+    assert!(w.poll_event().is_none(), "nothing announced again");
+    assert_eq!(
+        (w.bytes_left(), w.bytes_wanted()),
+        (bytes_left, bytes_wanted)
+    );
+    assert_eq!(w.had(), &had);
+    assert!(w.is_skipped(4) && !w.is_skipped(3));
+    assert_eq!(w.picker().priority_of(7), Priority::High);
+    assert_eq!(w.picker().order(), Order::Sequential);
+
+    let checking = Content::new(
+        geo,
+        ContentConfig::default(),
+        &Bitfield::new(n),
+        &Bitfield::full(n),
+    );
+    assert!(!checking.is_quiet());
+}

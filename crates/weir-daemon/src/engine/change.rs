@@ -449,7 +449,7 @@ impl EngineBackend {
                         Ok(()) => {
                             e.record.download_dir = location.clone();
                             let b = Arc::make_mut(&mut e.base);
-                            b.download_dir = Arc::from(location.to_string_lossy().as_ref());
+                            b.download_dir = self.0.dir.dir_shown(&location);
                         }
                         Err(err) => tracing::warn!("transfer {id}: moving its data: {err}"),
                     }

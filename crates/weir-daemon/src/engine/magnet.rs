@@ -182,15 +182,15 @@ impl EngineBackend {
         let store = self.store().await;
         let kept = {
             let mut st = self.lock();
-            let path = self.0.dir.torrent_path(&hex);
             match st.entries.get_mut(&id) {
                 Some(e) => {
                     let meta = Arc::new(got.metainfo);
                     let mut parsed = of_metainfo(&meta);
                     parsed.view.id = id;
                     parsed.view.download_dir = e.base.download_dir.clone();
-                    parsed.view.torrent_file = Arc::from(path.to_string_lossy().as_ref());
-                    e.base = Arc::new(super::view::Base::of(&parsed.view));
+                    let mut base = super::view::Base::of(&parsed.view);
+                    base.torrents_dir = Some(self.0.dir.torrents_shown());
+                    e.base = Arc::new(base);
                     e.files = parsed.files;
                     e.trackers = parsed.trackers;
                     // The magnet's `so=` (BEP 53) when the add named no

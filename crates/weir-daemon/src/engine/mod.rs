@@ -843,9 +843,10 @@ fn entry(
 ) -> Entry {
     let mut view = parsed.view;
     view.id = record.id;
-    view.download_dir = Arc::from(record.download_dir.to_string_lossy().as_ref());
-    if let RecordSource::Torrent { info_hash } = &record.source {
-        view.torrent_file = Arc::from(dir.torrent_path(info_hash).to_string_lossy().as_ref());
+    view.download_dir = dir.dir_shown(&record.download_dir);
+    let mut base = view::Base::of(&view);
+    if let RecordSource::Torrent { .. } = &record.source {
+        base.torrents_dir = Some(dir.torrents_shown());
     }
     let mut e = Entry {
         started: (!record.paused).then_some(now),
@@ -853,7 +854,7 @@ fn entry(
         earlier: (record.downloaded, record.uploaded),
         run: (0, 0),
         list_view: None,
-        base: Arc::new(view::Base::of(&view)),
+        base: Arc::new(base),
         files: parsed.files,
         trackers: parsed.trackers,
         engine_id: None,
@@ -1018,6 +1019,59 @@ mod tests {
         assert_eq!(shared_records(&b).await, (3, 3), "after a restart");
         drop(b);
         e2.stop().await;
+    }
+
+    /// Transfers in one download folder show one copy of its name, and a
+    /// torrent shows the path its .torrent is kept at, named from its hash
+    /// when shown (no copy of the path per transfer).
+    #[test]
+    fn transfers_share_their_folder_s_name_and_show_their_torrent_s_path() {
+        let tmp = weir_lab::TempDir::new("shared-names").unwrap();
+        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
+        let entries: Vec<Entry> = (0..3)
+            .map(|i| {
+                let m = parse_metainfo(&tiny_torrent(i)).unwrap();
+                let hash = TransferHash::Bt(m.info_hash);
+                let record = Record {
+                    id: i as TransferId + 1,
+                    source: RecordSource::Torrent {
+                        info_hash: hash.to_hex(),
+                    },
+                    download_dir: if i < 2 {
+                        "/data/a".into()
+                    } else {
+                        "/data/b".into()
+                    },
+                    paused: false,
+                    labels: Vec::new(),
+                    added: 1,
+                    done: None,
+                    downloaded: 0,
+                    uploaded: 0,
+                    limits: Default::default(),
+                    finished: false,
+                    peers: Vec::new(),
+                    unwanted: Vec::new(),
+                    priorities: Vec::new(),
+                };
+                let parsed = of_metainfo(&m);
+                entry(
+                    &dir,
+                    record.into(),
+                    Content::Torrent(Arc::new(m)),
+                    parsed,
+                    1,
+                )
+            })
+            .collect();
+        let dirs: Vec<&Arc<str>> = entries.iter().map(|e| &e.base.download_dir).collect();
+        assert!(Arc::ptr_eq(dirs[0], dirs[1]), "one copy for one folder");
+        assert_eq!((&**dirs[1], &**dirs[2]), ("/data/a", "/data/b"));
+        for e in &entries {
+            let shown = e.base.view().torrent_file;
+            let kept = dir.torrent_path(&e.base.hash.to_hex());
+            assert_eq!(&*shown, kept.to_string_lossy().as_ref());
+        }
     }
 
     /// Entries sit side by side, one per transfer: the record and an eD2k

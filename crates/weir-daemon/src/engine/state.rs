@@ -415,6 +415,28 @@ pub fn check_record(r: &Record, next_id: u64) -> Result<(), String> {
 #[derive(Clone, Debug)]
 pub struct StateDir {
     dir: PathBuf,
+    names: Arc<Names>,
+}
+
+/// Path names the daemon shows for many transfers, one copy each: the
+/// `torrents/` folder (a transfer's .torrent is named from its hash when
+/// shown) and the download folders in use (most transfers share one).
+#[derive(Debug)]
+struct Names {
+    torrents: Arc<str>,
+    dirs: std::sync::Mutex<Vec<Arc<str>>>,
+}
+
+/// Download folder names remembered for sharing (the most recently used).
+const SHARED_DIRS: usize = 16;
+
+impl Names {
+    fn new(dir: &Path) -> Arc<Names> {
+        Arc::new(Names {
+            torrents: Arc::from(dir.join(TORRENTS_DIR).to_string_lossy().as_ref()),
+            dirs: std::sync::Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl StateDir {
@@ -426,16 +448,36 @@ impl StateDir {
         };
         let torrents = dir.join(TORRENTS_DIR);
         std::fs::create_dir_all(&torrents).map_err(io(&torrents))?;
-        Ok(StateDir {
-            dir: dir.to_path_buf(),
-        })
+        Ok(Self::at(dir))
     }
 
     /// The state directory at `dir`, as it is (nothing created).
     pub fn at(dir: &Path) -> StateDir {
         StateDir {
             dir: dir.to_path_buf(),
+            names: Names::new(dir),
         }
+    }
+
+    /// The `torrents/` folder's name as shown (one copy for every
+    /// transfer: see [`StateDir::torrent_path`]).
+    pub(super) fn torrents_shown(&self) -> Arc<str> {
+        self.names.torrents.clone()
+    }
+
+    /// `dir` as shown, the same copy for every transfer in it.
+    pub(super) fn dir_shown(&self, dir: &Path) -> Arc<str> {
+        let shown = dir.to_string_lossy();
+        let mut dirs = self.names.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = dirs.iter().position(|d| **d == *shown) {
+            let d = dirs.remove(i);
+            dirs.insert(0, d.clone());
+            return d;
+        }
+        let d: Arc<str> = Arc::from(shown.as_ref());
+        dirs.insert(0, d.clone());
+        dirs.truncate(SHARED_DIRS);
+        d
     }
 
     /// The directory.

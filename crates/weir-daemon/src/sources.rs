@@ -78,16 +78,10 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     v.comment = text(&m.comment);
     v.creator = text(&m.created_by);
     v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
-    let mut link = format!(
-        "magnet:?xt=urn:btih:{}&dn={}",
-        hash.to_hex(),
-        percent_encode(&m.info.name)
-    );
+    v.link = Arc::from(magnet_link_of(m).as_str());
     let mut trackers = Vec::new();
     for (tier, urls) in m.trackers().iter().enumerate() {
         for url in urls {
-            link.push_str("&tr=");
-            link.push_str(&percent_encode(url));
             trackers.push(TrackerView {
                 id: trackers.len() as u32,
                 tier: tier as u32,
@@ -100,7 +94,6 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
             });
         }
     }
-    v.link = Arc::from(link.as_str());
     let mut files = Vec::with_capacity(m.info.files.len());
     let mut offset = 0u64;
     for f in &m.info.files {
@@ -129,6 +122,22 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
         files,
         trackers,
     }
+}
+
+/// A torrent's magnet link: its info-hash, name and trackers (what
+/// `magnetLink` shows; the daemon makes it when shown, not once a
+/// transfer).
+pub(crate) fn magnet_link_of(m: &Metainfo) -> String {
+    let mut link = format!(
+        "magnet:?xt=urn:btih:{}&dn={}",
+        TransferHash::Bt(m.info_hash).to_hex(),
+        percent_encode(&m.info.name)
+    );
+    for url in m.trackers().iter().flatten() {
+        link.push_str("&tr=");
+        link.push_str(&percent_encode(url));
+    }
+    link
 }
 
 fn percent_encode(s: &str) -> String {

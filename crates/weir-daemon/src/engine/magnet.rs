@@ -188,9 +188,8 @@ impl EngineBackend {
                     let mut parsed = of_metainfo(&meta);
                     parsed.view.id = id;
                     parsed.view.download_dir = e.base.download_dir.clone();
-                    let mut base = super::view::Base::of(&parsed.view);
-                    base.torrents_dir = Some(self.0.dir.torrents_shown());
-                    e.base = Arc::new(base);
+                    let base = super::view::Base::of(&parsed.view);
+                    e.base = Arc::new(base.kept_torrent(self.0.dir.torrents_shown()));
                     e.files = parsed.files;
                     e.trackers = parsed.trackers;
                     // The magnet's `so=` (BEP 53) when the add named no

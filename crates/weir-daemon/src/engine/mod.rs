@@ -846,7 +846,7 @@ fn entry(
     view.download_dir = dir.dir_shown(&record.download_dir);
     let mut base = view::Base::of(&view);
     if let RecordSource::Torrent { .. } = &record.source {
-        base.torrents_dir = Some(dir.torrents_shown());
+        base = base.kept_torrent(dir.torrents_shown());
     }
     let mut e = Entry {
         started: (!record.paused).then_some(now),
@@ -1022,8 +1022,8 @@ mod tests {
     }
 
     /// Transfers in one download folder show one copy of its name, and a
-    /// torrent shows the path its .torrent is kept at, named from its hash
-    /// when shown (no copy of the path per transfer).
+    /// torrent shows the path its .torrent is kept at and its magnet link,
+    /// both made when shown (no copy of either per transfer).
     #[test]
     fn transfers_share_their_folder_s_name_and_show_their_torrent_s_path() {
         let tmp = weir_lab::TempDir::new("shared-names").unwrap();
@@ -1067,10 +1067,15 @@ mod tests {
         let dirs: Vec<&Arc<str>> = entries.iter().map(|e| &e.base.download_dir).collect();
         assert!(Arc::ptr_eq(dirs[0], dirs[1]), "one copy for one folder");
         assert_eq!((&**dirs[1], &**dirs[2]), ("/data/a", "/data/b"));
-        for e in &entries {
-            let shown = e.base.view().torrent_file;
+        for (i, e) in entries.iter().enumerate() {
+            let shown = view::fill(e, None, view::Absent::Stopped, None, Detail::default(), 1);
             let kept = dir.torrent_path(&e.base.hash.to_hex());
-            assert_eq!(&*shown, kept.to_string_lossy().as_ref());
+            assert_eq!(&*shown.torrent_file, kept.to_string_lossy().as_ref());
+            // The magnet link is made when shown, as the source made it.
+            assert!(e.base.link.is_empty());
+            let m = parse_metainfo(&tiny_torrent(i)).unwrap();
+            assert_eq!(shown.link, of_metainfo(&m).view.link);
+            assert!(shown.link.starts_with("magnet:?xt=urn:btih:"));
         }
     }
 

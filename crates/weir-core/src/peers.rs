@@ -187,8 +187,10 @@ pub struct PeerBook {
     cfg: std::sync::Arc<BookConfig>,
     policy: NetPolicy,
     peers: BTreeMap<SocketAddr, Entry>,
-    per_source: [usize; Source::ALL.len()],
-    bans: Bans,
+    /// Entries by source (`u32`: a quota is far below it).
+    per_source: [u32; Source::ALL.len()],
+    /// Made at the first ban: most books never hold one.
+    bans: Option<Box<Bans>>,
     rng: fastrand::Rng,
     seq: u64,
     dialing: usize,
@@ -200,13 +202,12 @@ impl PeerBook {
     /// An empty book under `policy`, its tie-breaks drawn from `seed`.
     pub fn new(cfg: impl Into<std::sync::Arc<BookConfig>>, policy: NetPolicy, seed: u64) -> Self {
         let cfg = cfg.into();
-        let bans = Bans::new(cfg.max_bans);
         Self {
             cfg,
             policy,
             peers: BTreeMap::new(),
             per_source: [0; Source::ALL.len()],
-            bans,
+            bans: None,
             rng: fastrand::Rng::with_seed(seed),
             seq: 0,
             dialing: 0,
@@ -224,7 +225,7 @@ impl PeerBook {
     /// address marks it to be dialled at once.
     pub fn add(&mut self, addr: SocketAddr, source: Source, now: Instant) -> Added {
         let addr = canonical_addr(addr);
-        if self.bans.contains(addr.ip()) {
+        if self.is_banned(addr.ip()) {
             return Added::Banned;
         }
         if !self.policy.allows(addr.ip()) {
@@ -244,7 +245,7 @@ impl PeerBook {
         if source == Source::Callback && self.asked >= self.cfg.max_callbacks {
             return Added::Full;
         }
-        if self.per_source[source.index()] >= self.cfg.quota(source) && !self.prune(Some(source)) {
+        if self.count_from(source) >= self.cfg.quota(source) && !self.prune(Some(source)) {
             return Added::Full;
         }
         if self.peers.len() >= self.cfg.max_known && !self.prune(None) {
@@ -323,7 +324,7 @@ impl PeerBook {
                 e.state == PeerState::Idle
                     && e.next_try <= now
                     && (seeking || e.asked || e.source == Source::Manual)
-                    && !self.bans.contains(a.ip())
+                    && !self.is_banned(a.ip())
             })
             .map(|(a, e)| (!e.asked, e.failures, e.tie, *a))
             .collect();
@@ -425,7 +426,9 @@ impl PeerBook {
             .connected_at
             .take()
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        if self.bans.contains(addr.ip()) || (e.source == Source::Callback && !e.asked) {
+        if self.bans.as_ref().is_some_and(|b| b.contains(addr.ip()))
+            || (e.source == Source::Callback && !e.asked)
+        {
             self.forget(addr);
         } else if e.asked {
             // Asked again while connected (a callback connection that
@@ -446,7 +449,11 @@ impl PeerBook {
     /// was new.
     pub fn ban(&mut self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
-        let new = self.bans.insert(ip);
+        let max = self.cfg.max_bans;
+        let new = self
+            .bans
+            .get_or_insert_with(|| Box::new(Bans::new(max)))
+            .insert(ip);
         let idle: Vec<SocketAddr> = self
             .peers
             .iter()
@@ -461,7 +468,7 @@ impl PeerBook {
 
     /// Whether `ip` is banned.
     pub fn is_banned(&self, ip: IpAddr) -> bool {
-        self.bans.contains(ip)
+        self.bans.as_ref().is_some_and(|b| b.contains(ip))
     }
 
     /// Where `addr` stands, if known.
@@ -486,12 +493,12 @@ impl PeerBook {
 
     /// Entries from `source`.
     pub fn count_from(&self, source: Source) -> usize {
-        self.per_source[source.index()]
+        self.per_source[source.index()] as usize
     }
 
     /// Banned addresses remembered.
     pub fn ban_count(&self) -> usize {
-        self.bans.len()
+        self.bans.as_ref().map_or(0, |b| b.len())
     }
 
     fn failed(&mut self, addr: SocketAddr, now: Instant) {

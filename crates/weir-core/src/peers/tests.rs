@@ -155,7 +155,10 @@ fn bans_survive_reconnects_and_cover_v4_mapped_addresses() {
     b.add(a(1), Source::Tracker, now);
     b.next_dials(now, 1, true);
     b.connected(a(1), now);
+    // A book holds no ban list until its first ban.
+    assert!(b.bans.is_none() && b.ban_count() == 0);
     assert!(b.ban(a(1).ip()));
+    assert_eq!(b.ban_count(), 1);
     assert!(!b.ban(a(1).ip()));
     // Still connected (the runtime closes it); once gone it cannot return.
     b.disconnected(a(1), now + Duration::from_secs(100));

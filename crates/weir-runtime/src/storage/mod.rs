@@ -213,12 +213,12 @@ impl Opened {
         let events = events.into();
         let pool = DiskPool::get()?;
         let geo = self.geometry;
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             files: self.files.clone(),
             geo,
             full: AtomicU64::new(0),
             lost: Mutex::new(Default::default()),
-        });
+        };
         let id = pool.next_id();
         let hints = self.journal.map(|name| {
             let j = Arc::new(Journal::new(self.files.dir().clone(), name));
@@ -370,7 +370,7 @@ fn write_job(
     journal: &mpsc::Sender<JournalMsg>,
     job: WriteJob,
 ) -> Result<Option<StorageEvent>, WriteJob> {
-    let shared = &*ctx.shared;
+    let shared = &ctx.shared;
     match shared.files.write(job.offset, &job.data) {
         Ok(()) => {}
         Err(WriteError::Full { .. }) => {
@@ -436,7 +436,7 @@ fn execute(
     journal: &mpsc::Sender<JournalMsg>,
     op: StorageOp,
 ) -> Option<StorageEvent> {
-    let shared = &*ctx.shared;
+    let shared = &ctx.shared;
     let geo = &shared.geo;
     let note = |n: Note| {
         if ctx.hints.is_some() {

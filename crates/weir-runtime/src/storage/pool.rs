@@ -37,7 +37,8 @@ use super::journal::{Appender, Journal, Note};
 pub(super) struct Ctx {
     /// Unique in the process (routing and the threads' per-transfer state).
     pub(super) id: u64,
-    pub(super) shared: Arc<Shared>,
+    /// Inline: only the context holds it (one allocation a transfer less).
+    pub(super) shared: Shared,
     pub(super) digests: Digests,
     pub(super) events: super::Events,
     /// Bytes submitted for writing and not yet written.

@@ -18,7 +18,7 @@
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::log::{self, Change, Entry};
 use super::state::{
@@ -42,8 +42,10 @@ pub struct Store {
     log: File,
     log_len: u64,
     snapshot_len: u64,
-    /// .torrent copies written since the snapshot without an fsync.
-    unsynced: Vec<PathBuf>,
+    /// .torrent copies written since the snapshot without an fsync, by
+    /// info-hash (the path is made at the sync: one per added torrent
+    /// until the next compaction was ~100 bytes each).
+    unsynced: Vec<String>,
     /// Copies that could not be written: their bytes, written (durably)
     /// before the log that holds them is dropped.
     unwritten: Vec<(String, Vec<u8>)>,
@@ -218,7 +220,7 @@ impl Store {
         for (hash, data) in l.torrents {
             let same = std::fs::read(store.dir.torrent_path(&hash)).is_ok_and(|d| d == data);
             if same {
-                store.unsynced.push(store.dir.torrent_path(&hash));
+                store.unsynced.push(hash);
             } else {
                 store.keep_torrent(hash, data);
             }
@@ -311,7 +313,7 @@ impl Store {
     /// one that cannot be written is kept for the next compaction.
     fn keep_torrent(&mut self, hash: String, data: Vec<u8>) {
         match self.dir.write_torrent(&hash, &data) {
-            Ok(path) => self.unsynced.push(path),
+            Ok(_) => self.unsynced.push(hash),
             Err(e) => {
                 tracing::warn!("{e} (kept in the log)");
                 self.unwritten.push((hash, data));
@@ -337,11 +339,14 @@ impl Store {
             }
         }
         let unsynced = std::mem::take(&mut self.unsynced);
-        let synced = unsynced.iter().try_for_each(|p| match File::open(p) {
-            Ok(f) => f.sync_all().map_err(io(p)),
-            // Removed since (its transfer was).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(p)(e)),
+        let synced = unsynced.iter().try_for_each(|hash| {
+            let p = self.dir.torrent_path(hash);
+            match File::open(&p) {
+                Ok(f) => f.sync_all().map_err(io(&p)),
+                // Removed since (its transfer was).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io(&p)(e)),
+            }
         });
         let synced = synced.and_then(|()| {
             if unsynced.is_empty() {

@@ -76,8 +76,10 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 /// .torrent's path made when shown, 5,106 with the magnet link made when
 /// shown too (it leaves the base, ~100 bytes, but this test keeps each
 /// transfer's list view, which now holds its own link; the daemon lets a
-/// view go at the second request). The bound sits above the last figure
-/// and below every earlier one.
+/// view go at the second request); 5,014 with peer books holding no ban
+/// list until a ban and storage's shared state inline; 4,859 with the
+/// store keeping unsynced .torrent copies by hash. The bound sits above
+/// the last figure and below every earlier one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_transfer_holds_a_bounded_heap() {
     let tmp = weir_lab::TempDir::new("daemon-memory").unwrap();
@@ -108,4 +110,4 @@ async fn an_idle_transfer_holds_a_bounded_heap() {
 }
 
 /// Bytes of heap an idle two-piece torrent may hold.
-const BOUND: f64 = 5_500.0;
+const BOUND: f64 = 5_000.0;

@@ -98,16 +98,8 @@ impl Dormant {
     /// Counters at any time (no peer: no rate).
     pub fn stats(&self) -> Stats {
         let mut s = self.counters.stats(&self.geo);
-        s.peers = 0;
-        s.pieces_had = self.content.had().count();
-        s.bytes_left = self.content.bytes_left();
-        let c = self.content.stats();
-        s.hash_failures = c.hash_failures;
-        s.duplicate_blocks = c.duplicate_blocks;
-        s.bytes_wanted = self.content.bytes_wanted();
-        s.bytes_had = s.bytes_wanted - s.bytes_left;
-        s.download_rate = 0.0;
-        s.upload_rate = 0.0;
+        let c = &self.content;
+        s.of_content(c.had(), c.bytes_left(), c.bytes_wanted(), c.stats());
         s
     }
 

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use weir_core::bitfield::Bitfield;
 pub use weir_core::close::{BanReason, CloseReason};
-use weir_core::content::{Accepted, CONTENT_READ, Content, ContentConfig, ContentEvent, Sender};
+use weir_core::content::{
+    Accepted, CONTENT_READ, Content, ContentConfig, ContentEvent, ContentStats, Sender,
+};
 use weir_core::geometry::{BlockSpan, Geometry};
 use weir_core::outbox::Dirty;
 use weir_core::picker::Order;
@@ -242,6 +244,19 @@ pub enum Event {
     /// secondary scheme's unit to check or its verdict), for the owner of
     /// the transfer.
     Content(ContentEvent),
+}
+
+impl Stats {
+    /// Takes what the content knows: pieces and bytes had, left and
+    /// wanted, failed checks and duplicate blocks.
+    fn of_content(&mut self, had: &Bitfield, left: u64, wanted: u64, c: ContentStats) {
+        self.pieces_had = had.count();
+        self.bytes_left = left;
+        self.hash_failures = c.hash_failures;
+        self.duplicate_blocks = c.duplicate_blocks;
+        self.bytes_wanted = wanted;
+        self.bytes_had = wanted - left;
+    }
 }
 
 /// Counters and rates for progress displays.
@@ -487,13 +502,12 @@ impl Torrent {
     pub fn stats(&self, now: Instant) -> Stats {
         let mut s = self.stats.clone();
         s.peers = self.peers.len();
-        s.pieces_had = self.content.had().count();
-        s.bytes_left = self.content.bytes_left();
-        let c = self.content.stats();
-        s.hash_failures = c.hash_failures;
-        s.duplicate_blocks = c.duplicate_blocks;
-        s.bytes_wanted = self.content.bytes_wanted();
-        s.bytes_had = s.bytes_wanted - s.bytes_left;
+        s.of_content(
+            self.content.had(),
+            self.content.bytes_left(),
+            self.content.bytes_wanted(),
+            self.content.stats(),
+        );
         s.download_rate = self.peers.values().map(|p| p.down.display_rate(now)).sum();
         s.upload_rate = self.peers.values().map(|p| p.up.display_rate(now)).sum();
         s

@@ -1032,28 +1032,11 @@ mod tests {
             .map(|i| {
                 let m = parse_metainfo(&tiny_torrent(i)).unwrap();
                 let hash = TransferHash::Bt(m.info_hash);
-                let record = Record {
-                    id: i as TransferId + 1,
-                    source: RecordSource::Torrent {
-                        info_hash: hash.to_hex(),
-                    },
-                    download_dir: if i < 2 {
-                        "/data/a".into()
-                    } else {
-                        "/data/b".into()
-                    },
-                    paused: false,
-                    labels: Vec::new(),
-                    added: 1,
-                    done: None,
-                    downloaded: 0,
-                    uploaded: 0,
-                    limits: Default::default(),
-                    finished: false,
-                    peers: Vec::new(),
-                    unwanted: Vec::new(),
-                    priorities: Vec::new(),
+                let source = RecordSource::Torrent {
+                    info_hash: hash.to_hex(),
                 };
+                let dir_of = if i < 2 { "/data/a" } else { "/data/b" };
+                let record = Record::test(i as u64 + 1, source, dir_of);
                 let parsed = of_metainfo(&m);
                 entry(
                     &dir,

@@ -172,6 +172,30 @@ pub struct Record {
     pub priorities: Vec<(u32, i8)>,
 }
 
+#[cfg(test)]
+impl Record {
+    /// A running transfer `id` of `source` in `dir`, added at 1.7e9 + `id`,
+    /// every other setting at its default (for tests).
+    pub(crate) fn test(id: u64, source: RecordSource, dir: &str) -> Record {
+        Record {
+            id,
+            source,
+            download_dir: dir.into(),
+            paused: false,
+            labels: Vec::new(),
+            added: 1_700_000_000 + id,
+            done: None,
+            downloaded: 0,
+            uploaded: 0,
+            limits: Limits::default(),
+            finished: false,
+            peers: Vec::new(),
+            unwanted: Vec::new(),
+            priorities: Vec::new(),
+        }
+    }
+}
+
 /// A [`Record`] held by both the daemon's entry for a transfer and the
 /// store's state: the same allocation while the two agree (an idle
 /// transfer's record is kept once, not twice: ~0.4 KB a transfer at

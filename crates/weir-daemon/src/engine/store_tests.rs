@@ -7,27 +7,11 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::state::{LOG_FILE, Limits, Record, STATE_FILE, SavedCaps};
+use crate::engine::state::{LOG_FILE, Record, STATE_FILE, SavedCaps};
 
 fn rec(id: u64) -> Record {
-    Record {
-        id,
-        source: RecordSource::Torrent {
-            info_hash: format!("{id:040x}"),
-        },
-        download_dir: "/data".into(),
-        paused: false,
-        labels: Vec::new(),
-        added: 1_700_000_000 + id,
-        done: None,
-        downloaded: 0,
-        uploaded: 0,
-        limits: Limits::default(),
-        finished: false,
-        peers: Vec::new(),
-        unwanted: Vec::new(),
-        priorities: Vec::new(),
-    }
+    let info_hash = format!("{id:040x}");
+    Record::test(id, RecordSource::Torrent { info_hash }, "/data")
 }
 
 fn torrent(id: u64, len: usize) -> Vec<u8> {

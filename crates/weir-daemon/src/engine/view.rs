@@ -518,21 +518,12 @@ mod tests {
     fn entry() -> Entry {
         let link = format!("ed2k://|file|a.bin|1000|{}|/", "11".repeat(16));
         let parsed = crate::sources::from_ed2k(&link).unwrap();
+        let source = crate::engine::state::RecordSource::Ed2k { link: link.clone() };
         let record = crate::engine::state::Record {
-            id: 3,
-            source: crate::engine::state::RecordSource::Ed2k { link: link.clone() },
-            download_dir: "/data".into(),
-            paused: false,
             labels: vec!["tv".into()],
             added: 1_700_000_000,
-            done: None,
             downloaded: 5,
-            uploaded: 0,
-            limits: Default::default(),
-            finished: false,
-            peers: Vec::new(),
-            unwanted: Vec::new(),
-            priorities: Vec::new(),
+            ..crate::engine::state::Record::test(3, source, "/data")
         };
         let dir = weir_lab::TempDir::new("view-entry").unwrap();
         let state = crate::engine::state::StateDir::open(dir.path()).unwrap();

@@ -63,18 +63,19 @@ pub(crate) enum Note {
 #[derive(Debug)]
 pub(crate) struct Journal {
     dir: Arc<SafeDir>,
-    name: String,
+    /// Names the file ([`name`]); shared with the download's lock.
+    stem: Arc<str>,
     file: std::sync::Mutex<Option<File>>,
     warned: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
-    /// The journal `name` in `dir`, made durable by [`compact`] (so nothing
-    /// waits to be flushed yet).
-    pub(crate) fn new(dir: Arc<SafeDir>, name: String) -> Self {
+    /// The journal of `stem` in `dir`, made durable by [`compact`] (so
+    /// nothing waits to be flushed yet).
+    pub(crate) fn new(dir: Arc<SafeDir>, stem: Arc<str>) -> Self {
         Self {
             dir,
-            name,
+            stem,
             file: std::sync::Mutex::new(None),
             warned: std::sync::atomic::AtomicBool::new(false),
         }
@@ -87,7 +88,7 @@ impl Journal {
             if file.is_none() {
                 let mut f = self
                     .dir
-                    .open_file(Path::new(&self.name), Access::Write)
+                    .open_file(Path::new(&name(&self.stem)), Access::Write)
                     .map_err(|e| std::io::Error::other(e.to_string()))?
                     .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
                 f.seek(std::io::SeekFrom::End(0))?;
@@ -118,7 +119,7 @@ impl Journal {
         if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!(
                 "resume journal {}: {e}; pieces verified meanwhile may be hashed again next time",
-                self.dir.path().join(&self.name).display()
+                self.dir.path().join(name(&self.stem)).display()
             );
         }
     }

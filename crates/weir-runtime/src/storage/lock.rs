@@ -127,15 +127,18 @@ pub(crate) struct DownloadLock {
     dir: Arc<SafeDir>,
     locks: Arc<LockFile>,
     shard: usize,
-    name: String,
+    /// Names its pid file ([`name`]); shared with the download's journal
+    /// (one copy a transfer, not a name each).
+    stem: Arc<str>,
     at: i64,
 }
 
 impl DownloadLock {
     /// Takes the lock of `stem` in `dir`, or says who holds it.
-    pub(crate) fn take(dir: Arc<SafeDir>, stem: &str) -> Result<Self, OpenError> {
-        let name = name(stem);
-        let (shard, at) = offset(stem);
+    pub(crate) fn take(dir: Arc<SafeDir>, stem: impl Into<Arc<str>>) -> Result<Self, OpenError> {
+        let stem = stem.into();
+        let name = name(&stem);
+        let (shard, at) = offset(&stem);
         let locked = |holder: String| OpenError::Locked {
             dir: dir.path().to_path_buf(),
             holder,
@@ -171,7 +174,7 @@ impl DownloadLock {
                     dir,
                     locks,
                     shard,
-                    name,
+                    stem,
                     at,
                 }),
                 Err(e) => {
@@ -256,7 +259,7 @@ impl Drop for DownloadLock {
     fn drop(&mut self) {
         // The pid file goes first: whoever takes the lock next writes its
         // own.
-        let _ = self.dir.unlink(&self.name);
+        let _ = self.dir.unlink(&name(&self.stem));
         release(&self.dir, self.shard, &self.locks, self.at);
     }
 }
@@ -289,7 +292,7 @@ mod tests {
         let t = TempDir::new("lock-many").unwrap();
         let dir = SafeDir::shared(t.path(), false).unwrap();
         let locks: Vec<DownloadLock> = (0..200)
-            .map(|i| DownloadLock::take(dir.clone(), &format!("s{i}")).unwrap())
+            .map(|i| DownloadLock::take(dir.clone(), format!("s{i}")).unwrap())
             .collect();
         assert_eq!(descriptors_under(t.path()), SHARDS);
         let me = format!("{}\n", std::process::id());

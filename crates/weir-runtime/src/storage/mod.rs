@@ -220,8 +220,8 @@ impl Opened {
             lost: Mutex::new(Default::default()),
         };
         let id = pool.next_id();
-        let hints = self.journal.map(|name| {
-            let j = Arc::new(Journal::new(self.files.dir().clone(), name));
+        let hints = self.journal.map(|stem| {
+            let j = Arc::new(Journal::new(self.files.dir().clone(), stem));
             let app = journal::Appender::new(j.clone(), self.files.clone(), geo);
             pool.journal(JournalMsg::Open(id, Box::new(app)));
             j

@@ -126,7 +126,8 @@ pub struct Opened {
     pub(super) files: Arc<Files>,
     pub(super) geometry: Geometry,
     pub(super) digests: Option<Digests>,
-    pub(super) journal: Option<String>,
+    /// The journal's stem (see [`super::journal::name`]), when it has one.
+    pub(super) journal: Option<Arc<str>>,
     pub(super) lock: Option<DownloadLock>,
     /// The group its backlog counts in.
     pub(super) group: super::Backlog,
@@ -159,8 +160,10 @@ pub fn open(
     derive: Option<DeriveDigests>,
 ) -> Result<Opened, OpenError> {
     let dir = SafeDir::shared(&spec.dir, opts.mode == Mode::Download)?;
+    // One copy of the stem for the lock and the journal it names.
+    let stem: Arc<str> = Arc::from(spec.stem.as_str());
     let lock = if opts.journal {
-        Some(DownloadLock::take(dir.clone(), &spec.stem)?)
+        Some(DownloadLock::take(dir.clone(), stem.clone())?)
     } else {
         None
     };
@@ -456,7 +459,7 @@ pub fn open(
             records.push(Record::Files(states));
             journal::compact(&dir, &jname, &id, &records)?;
         }
-        Some(jname)
+        Some(stem)
     } else {
         None
     };

@@ -35,7 +35,7 @@ fn check_info(info: &Info) {
     assert!(ok(&info.name), "unsafe name {:?}", info.name);
     if info.single_file {
         assert_eq!(info.files.len(), 1);
-        assert_eq!(info.files[0].path, vec![info.name.clone()]);
+        assert_eq!(info.files[0].path, vec![info.name.to_string()]);
     }
     let mut files = HashSet::new();
     for f in &info.files {

@@ -393,7 +393,7 @@ mod tests {
             .created_by(Some("weir".into()));
         let c = b.build().unwrap();
         let m = &c.metainfo;
-        assert_eq!(m.info.name, "top");
+        assert_eq!(&*m.info.name, "top");
         assert!(m.info.private && !m.info.single_file);
         assert_eq!(m.info.files.len(), 3);
         assert_eq!(m.total_length(), 40_000);

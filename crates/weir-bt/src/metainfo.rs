@@ -64,7 +64,7 @@ pub struct Info {
     /// The suggested name (checked and sanitised as one path component):
     /// the file name of a single-file torrent, the directory of a
     /// multi-file one.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// Bytes per piece (the last piece may be shorter).
     pub piece_length: u32,
     /// SHA-1 of each piece: a view of the info dictionary's own bytes when
@@ -442,7 +442,7 @@ impl Info {
             });
         }
         Ok(Info {
-            name,
+            name: name.into(),
             piece_length,
             pieces,
             files,

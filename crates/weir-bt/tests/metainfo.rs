@@ -54,7 +54,7 @@ fn single_file_with_short_last_piece() {
     let data = torrent(single(100_000, 32768, 4));
     let m = Metainfo::from_bytes(&data).unwrap();
     assert!(m.info.single_file);
-    assert_eq!(m.info.name, "file.bin");
+    assert_eq!(&*m.info.name, "file.bin");
     assert_eq!(m.info.files.len(), 1);
     assert_eq!(m.info.files[0].path, ["file.bin"]);
     assert_eq!(m.total_length(), 100_000);
@@ -148,7 +148,7 @@ fn multi_file_nested_zero_length_and_metadata() {
     let m = Metainfo::from_bytes(&t.to_vec()).unwrap();
     assert!(!m.info.single_file);
     assert!(m.info.private);
-    assert_eq!(m.info.name, "dir");
+    assert_eq!(&*m.info.name, "dir");
     let paths: Vec<_> = m.info.files.iter().map(|f| f.path.join("/")).collect();
     assert_eq!(paths, ["a/b/c.txt", "empty", "a/d.bin"]);
     assert_eq!(m.info.files[1].length, 0);
@@ -169,13 +169,13 @@ fn utf8_keys_are_preferred_and_legacy_bytes_are_lossy() {
     let mut info = multi(vec![file(&["x"], 1)], 16384, 1);
     info.insert("name", V::Bytes(vec![b'n', 0xff, b'm']));
     let m = Metainfo::from_bytes(&torrent(info.clone())).unwrap();
-    assert_eq!(m.info.name, "n\u{fffd}m");
+    assert_eq!(&*m.info.name, "n\u{fffd}m");
     info.insert("name.utf-8", b("näme"));
     let mut f = file(&["legacy"], 1);
     f.insert("path.utf-8", V::List(vec![b("ünï")]));
     info.insert("files", V::List(vec![f]));
     let m = Metainfo::from_bytes(&torrent(info)).unwrap();
-    assert_eq!(m.info.name, "näme");
+    assert_eq!(&*m.info.name, "näme");
     assert_eq!(m.info.files[0].path, ["ünï"]);
 }
 

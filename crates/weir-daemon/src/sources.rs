@@ -60,7 +60,7 @@ pub(crate) fn from_metainfo(bytes: &[u8]) -> Result<Parsed, BackendError> {
 /// The view of a torrent.
 pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     let hash = TransferHash::Bt(m.info_hash);
-    let mut v = TransferView::new(0, hash, m.info.name.as_str());
+    let mut v = TransferView::new(0, hash, m.info.name.clone());
     let total = m.info.total_length();
     let piece = u64::from(m.info.piece_length);
     v.total_size = total;

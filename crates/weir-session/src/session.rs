@@ -289,7 +289,7 @@ impl Session {
         self.transfers.insert(
             id,
             Box::new(Transfer {
-                name: meta.info.name.as_str().into(),
+                name: meta.info.name.clone(),
                 size: meta.info.total_length(),
                 bt: Some(BtSide::new(torrent, meta, book)),
                 ed2k: None,

@@ -27,7 +27,7 @@ fn meta_of(name: String, info_hash: [u8; 20], data: &[u8]) -> Arc<Metainfo> {
         info_bytes: None,
         info_hash,
         info: Info {
-            name: name.clone(),
+            name: name.as_str().into(),
             piece_length: 32_768,
             pieces: data
                 .chunks(32_768)

@@ -225,7 +225,7 @@ impl TorrentSpec {
             info_bytes: None,
             info_hash,
             info: Info {
-                name: name.to_string(),
+                name: name.into(),
                 piece_length: geo.piece_len(),
                 pieces: payload.digests().into(),
                 files: vec![FileEntry {

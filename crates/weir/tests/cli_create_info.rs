@@ -298,7 +298,7 @@ fn create_keeps_an_existing_output_unless_forced() {
     assert!(out.success(), "{}", out.stderr_text());
     let m = weir_bt::metainfo::Metainfo::from_bytes(&fs::read(s.0.join("mine.torrent")).unwrap())
         .unwrap();
-    assert_eq!(m.info.name, "f");
+    assert_eq!(&*m.info.name, "f");
     let leftovers: Vec<_> = fs::read_dir(&s.0)
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -159,7 +159,7 @@ fn partial_download(dir: &Path, torrent: &Path, sequential: bool, tag: &str) -> 
     }
     // The seeder may still be checking its data: the leecher retries.
     let mut get = Proc::spawn_logged(&format!("get-{tag}"), &mut get, dir).unwrap();
-    let file = out.join(&m.info.name);
+    let file = out.join(&*m.info.name);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let have = verified(&file, &m.info.pieces.to_vec(), plen);

@@ -15,10 +15,10 @@ use weir_ed2k::link::FileLink;
 pub(crate) fn layout(meta: &Metainfo) -> FileLayout {
     if meta.info.single_file {
         let f = &meta.info.files[0];
-        FileLayout::new([(PathBuf::from(&meta.info.name), f.length)])
+        FileLayout::new([(PathBuf::from(&*meta.info.name), f.length)])
     } else {
         let files = meta.info.files.iter().map(|f| {
-            let mut p = PathBuf::from(&meta.info.name);
+            let mut p = PathBuf::from(&*meta.info.name);
             p.extend(f.path.iter());
             (p, f.length)
         });

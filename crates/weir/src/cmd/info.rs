@@ -73,7 +73,7 @@ pub(crate) fn run(_ctx: &Ctx, args: Args) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let v = serde_json::json!({
-            "name": info.name,
+            "name": &*info.name,
             "info_hash": hex(&m.info_hash),
             "total_length": m.total_length(),
             "piece_length": info.piece_length,

@@ -35,7 +35,7 @@ impl Driver {
                             Ok(s) => Some(s).filter(|s| !s.is_everything()),
                             Err(source) => {
                                 let _ = reply.send(Err(EngineError::Selection {
-                                    name: src.meta.info.name.clone(),
+                                    name: src.meta.info.name.to_string(),
                                     source,
                                 }));
                                 return;
@@ -50,7 +50,7 @@ impl Driver {
                             Ok(p) => p,
                             Err(source) => {
                                 let _ = reply.send(Err(EngineError::Selection {
-                                    name: src.meta.info.name.clone(),
+                                    name: src.meta.info.name.to_string(),
                                     source,
                                 }));
                                 return;
@@ -65,7 +65,7 @@ impl Driver {
                     digests: Some(weir_bt::torrent::Torrent::digests(&src.meta)),
                     id: src.meta.info_hash.to_vec(),
                     stem: torrent_stem(&src.meta.info_hash),
-                    name: src.meta.info.name.clone(),
+                    name: src.meta.info.name.to_string(),
                     selection,
                 };
                 let mut opts = src.open;

@@ -78,8 +78,10 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 /// transfer's list view, which now holds its own link; the daemon lets a
 /// view go at the second request); 5,014 with peer books holding no ban
 /// list until a ban and storage's shared state inline; 4,859 with the
-/// store keeping unsynced .torrent copies by hash. The bound sits above
-/// the last figure and below every earlier one.
+/// store keeping unsynced .torrent copies by hash; 4,782 with a
+/// download's lock and journal sharing its stem; 4,716 with one copy of
+/// each torrent's name. The bound sits above the last figure, with room
+/// for the spread between runs and builds (~15 bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_transfer_holds_a_bounded_heap() {
     let tmp = weir_lab::TempDir::new("daemon-memory").unwrap();
@@ -110,4 +112,4 @@ async fn an_idle_transfer_holds_a_bounded_heap() {
 }
 
 /// Bytes of heap an idle two-piece torrent may hold.
-const BOUND: f64 = 5_000.0;
+const BOUND: f64 = 4_800.0;

@@ -68,15 +68,8 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     v.piece_count = m.info.piece_count();
     v.file_count = m.info.files.len() as u32;
     v.is_private = m.info.private;
-    // Arc<str>::default() shares one empty string; Arc::from("") would
-    // allocate one per transfer.
-    let text = |t: &Option<String>| {
-        t.as_deref()
-            .filter(|t| !t.is_empty())
-            .map_or_else(Arc::default, Arc::from)
-    };
-    v.comment = text(&m.comment);
-    v.creator = text(&m.created_by);
+    v.comment = shown_text(&m.comment);
+    v.creator = shown_text(&m.created_by);
     v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
     v.link = Arc::from(magnet_link_of(m).as_str());
     let mut trackers = Vec::new();
@@ -122,6 +115,15 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
         files,
         trackers,
     }
+}
+
+/// A metainfo's free text (comment, creator) as a view shows it: none
+/// is the one shared empty string (`Arc::from("")` would allocate one per
+/// transfer).
+pub(crate) fn shown_text(t: &Option<String>) -> Arc<str> {
+    t.as_deref()
+        .filter(|t| !t.is_empty())
+        .map_or_else(Arc::default, Arc::from)
 }
 
 /// A torrent's magnet link: its info-hash, name and trackers (what

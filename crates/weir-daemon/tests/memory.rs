@@ -80,8 +80,11 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 /// list until a ban and storage's shared state inline; 4,859 with the
 /// store keeping unsynced .torrent copies by hash; 4,782 with a
 /// download's lock and journal sharing its stem; 4,716 with one copy of
-/// each torrent's name. The bound sits above the last figure, with room
-/// for the spread between runs and builds (~15 bytes).
+/// each torrent's name; 4,774 with a kept torrent's comment and creator
+/// made when shown (as with the link, this test's held views now carry
+/// their own copies while the entries hold none). The bound sits above
+/// the last figure, with room for the spread between runs and builds
+/// (~15 bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_transfer_holds_a_bounded_heap() {
     let tmp = weir_lab::TempDir::new("daemon-memory").unwrap();
@@ -112,4 +115,4 @@ async fn an_idle_transfer_holds_a_bounded_heap() {
 }
 
 /// Bytes of heap an idle two-piece torrent may hold.
-const BOUND: f64 = 4_800.0;
+const BOUND: f64 = 4_850.0;

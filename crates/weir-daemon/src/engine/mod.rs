@@ -934,7 +934,7 @@ mod tests {
     fn tiny_torrent(i: usize) -> bytes::Bytes {
         let name = format!("t-{i:04}.bin");
         let mut t = format!(
-            "d4:infod6:lengthi20000e4:name{}:{name}12:piece lengthi16384e6:pieces40:",
+            "d7:comment2:hi10:created by10:weir-bench4:infod6:lengthi20000e4:name{}:{name}12:piece lengthi16384e6:pieces40:",
             name.len()
         )
         .into_bytes();
@@ -1022,8 +1022,8 @@ mod tests {
     }
 
     /// Transfers in one download folder show one copy of its name, and a
-    /// torrent shows the path its .torrent is kept at and its magnet link,
-    /// both made when shown (no copy of either per transfer).
+    /// torrent shows the path its .torrent is kept at, its magnet link,
+    /// comment and creator, made when shown (no copy of any per transfer).
     #[test]
     fn transfers_share_their_folder_s_name_and_show_their_torrent_s_path() {
         let tmp = weir_lab::TempDir::new("shared-names").unwrap();
@@ -1057,7 +1057,15 @@ mod tests {
             // The magnet link is made when shown, as the source made it.
             assert!(e.base.link.is_empty());
             let m = parse_metainfo(&tiny_torrent(i)).unwrap();
-            assert_eq!(shown.link, of_metainfo(&m).view.link);
+            let source = of_metainfo(&m).view;
+            assert_eq!(shown.link, source.link);
+            // So are its comment and creator.
+            assert!(e.base.creator.is_empty() && e.base.comment.is_empty());
+            assert_eq!(
+                (&shown.creator, &shown.comment),
+                (&source.creator, &source.comment)
+            );
+            assert_eq!((&*shown.creator, &*shown.comment), ("weir-bench", "hi"));
             assert!(shown.link.starts_with("magnet:?xt=urn:btih:"));
         }
     }

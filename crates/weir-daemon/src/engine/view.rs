@@ -146,11 +146,13 @@ impl Base {
     }
 
     /// The base of a torrent whose .torrent is kept in `torrents_dir`: its
-    /// path and its magnet link are made when shown (see [`fill`]), not
-    /// held (~200 bytes a transfer).
+    /// path, its magnet link, comment and creator are made when shown from
+    /// its metainfo (see [`fill`]), not held (~250 bytes a transfer).
     pub(super) fn kept_torrent(mut self, torrents_dir: Arc<str>) -> Base {
         self.torrents_dir = Some(torrents_dir);
         self.link = Arc::default();
+        self.comment = Arc::default();
+        self.creator = Arc::default();
         self
     }
 
@@ -275,10 +277,17 @@ pub(super) fn fill(
     now: u64,
 ) -> TransferView {
     let mut v = e.base.view();
-    if v.link.is_empty()
-        && let super::Content::Torrent(m) = &e.content
-    {
-        v.link = Arc::from(crate::sources::magnet_link_of(m).as_str());
+    if let super::Content::Torrent(m) = &e.content {
+        // What a kept torrent's base leaves to its metainfo.
+        if v.link.is_empty() {
+            v.link = Arc::from(crate::sources::magnet_link_of(m).as_str());
+        }
+        if v.comment.is_empty() {
+            v.comment = crate::sources::shown_text(&m.comment);
+        }
+        if v.creator.is_empty() {
+            v.creator = crate::sources::shown_text(&m.created_by);
+        }
     }
     v.labels = Arc::from(e.record.labels.clone());
     v.added_date = e.record.added;

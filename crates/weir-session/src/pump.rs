@@ -79,14 +79,11 @@ impl Session {
     /// dial, storage, a user's change. A torrent attached to an eD2k file
     /// stays awake (the eD2k core borrows its content).
     fn sleep_if_idle(&mut self, id: TransferId) {
-        let idle = self.transfers.get(&id).is_some_and(|t| {
-            t.ed2k.is_none()
-                && t.bt
-                    .as_ref()
-                    .and_then(|b| b.view().awake())
-                    .is_some_and(|tor| tor.can_sleep())
-        });
-        if idle && let Some(b) = self.transfers.get_mut(&id).and_then(|t| t.bt.as_mut()) {
+        // The pump above took it mutably already: no second touch.
+        if let Some(t) = self.transfers.get_mut(&id)
+            && t.ed2k.is_none()
+            && let Some(b) = t.bt.as_mut()
+        {
             b.try_sleep();
         }
     }

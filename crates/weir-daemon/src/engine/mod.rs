@@ -88,6 +88,28 @@ pub struct BackendConfig {
     pub encryption: weir_bt::mse::Encryption,
 }
 
+impl BackendConfig {
+    /// A backend over `state_dir` and `download_dir` on loopback with no
+    /// listener, trackers, DHT or LSD, uncapped: where a test or an
+    /// in-process tool starts (the daemon fills every field from its
+    /// flags).
+    pub fn local(state_dir: &std::path::Path, download_dir: &std::path::Path) -> BackendConfig {
+        BackendConfig {
+            state_dir: state_dir.to_path_buf(),
+            download_dir: download_dir.to_path_buf(),
+            peer_port: 0,
+            policy: NetPolicy::loopback(),
+            down: weir_runtime::bandwidth::bucket(0),
+            up: weir_runtime::bandwidth::bucket(0),
+            listen_ip: None,
+            use_trackers: false,
+            dht_port: None,
+            lsd_enabled: false,
+            encryption: weir_bt::mse::Encryption::Prefer,
+        }
+    }
+}
+
 /// The engine's policy for Transmission's `encryption` value.
 pub fn engine_encryption(e: Encryption) -> weir_bt::mse::Encryption {
     match e {
@@ -969,19 +991,7 @@ mod tests {
     async fn an_idle_transfers_record_is_held_once() {
         use crate::backend::{Action, AddOutcome, AddRequest, AddSource, Backend, Selection};
         let tmp = weir_lab::TempDir::new("shared-record").unwrap();
-        let cfg = || BackendConfig {
-            state_dir: tmp.path().join("state"),
-            download_dir: tmp.path().join("dl"),
-            peer_port: 0,
-            policy: NetPolicy::loopback(),
-            down: weir_runtime::bandwidth::bucket(0),
-            up: weir_runtime::bandwidth::bucket(0),
-            listen_ip: None,
-            use_trackers: false,
-            encryption: weir_bt::mse::Encryption::Prefer,
-            dht_port: None,
-            lsd_enabled: false,
-        };
+        let cfg = || BackendConfig::local(&tmp.path().join("state"), &tmp.path().join("dl"));
         let engine = || async {
             let s = weir_session::SessionConfig::new(
                 NetPolicy::loopback(),

@@ -182,17 +182,5 @@ pub async fn engine() -> weir_runtime::engine::Engine {
 /// An engine backend's config over `state` and `downloads`: no peer port,
 /// DHT, LSD or trackers, loopback only, uncapped.
 pub fn engine_config(state: &Path, downloads: &Path) -> weir_daemon::engine::BackendConfig {
-    weir_daemon::engine::BackendConfig {
-        state_dir: state.to_path_buf(),
-        download_dir: downloads.to_path_buf(),
-        peer_port: 0,
-        policy: weir_core::policy::NetPolicy::loopback(),
-        down: weir_runtime::bandwidth::bucket(0),
-        up: weir_runtime::bandwidth::bucket(0),
-        listen_ip: None,
-        use_trackers: false,
-        encryption: weir_bt::mse::Encryption::Prefer,
-        dht_port: None,
-        lsd_enabled: false,
-    }
+    weir_daemon::engine::BackendConfig::local(state, downloads)
 }

@@ -764,3 +764,46 @@ fn a_deselected_file_in_the_way_still_blocks_a_file_that_is_written() {
     assert_eq!(fs::read(t.0.join("d/rest.bin")).unwrap(), b"not mine");
     assert!(!t.0.join("d/first.bin").exists());
 }
+
+/// A parked storage holds its download as an opened one does (the lock: a
+/// second open is refused until it goes) and, started at its first
+/// operation, writes, verifies and journals as one started at once.
+#[tokio::test]
+async fn a_parked_storage_holds_its_lock_and_starts_on_demand() {
+    let t = Tmp::new("parked");
+    let spec = spec(&t.0);
+    let g = spec.geometry;
+    let data = data();
+    let parked = open(spec.clone(), OpenOptions::download(), None)
+        .unwrap()
+        .park(digests(&spec));
+    assert!(
+        matches!(
+            open(spec.clone(), OpenOptions::download(), None),
+            Err(OpenError::Locked { .. })
+        ),
+        "a parked download is still locked"
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = parked.start(tx).unwrap();
+    for p in 0..g.piece_count() {
+        submit_piece(&s, &g, &data, p, p == 3);
+    }
+    let v = verdicts(&mut rx, 4).await;
+    assert_eq!(
+        v.values().copied().collect::<Vec<_>>(),
+        [true, true, true, false]
+    );
+    s.close();
+    let again = open(spec.clone(), OpenOptions::download(), None).unwrap();
+    assert_eq!(again.had.iter_ones().collect::<Vec<_>>(), [0, 1, 2]);
+    drop(again);
+    // Dropped parked, it lets the download go and writes nothing.
+    let parked = open(spec.clone(), OpenOptions::download(), None)
+        .unwrap()
+        .park(digests(&spec));
+    drop(parked);
+    assert!(!t.0.join(".weir-lock-test").exists());
+    let again = open(spec, OpenOptions::download(), None).unwrap();
+    assert_eq!(again.had.iter_ones().collect::<Vec<_>>(), [0, 1, 2]);
+}

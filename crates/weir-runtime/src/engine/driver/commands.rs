@@ -217,8 +217,11 @@ impl Driver {
             tokio::spawn(a.stop());
         }
         tokio::task::spawn_blocking(move || {
-            if let Some(Store::Running(d)) = store {
-                d.close();
+            // Closed (or, not running, its lock let go: file I/O) before
+            // the reply: whoever waits for it may open the download again.
+            match store {
+                Some(Store::Running(d)) => d.close(),
+                other => drop(other),
             }
             if let Some(reply) = closed {
                 let _ = reply.send(ok);

@@ -10,7 +10,6 @@ use crate::engine::wire;
 use crate::peerconn::{Outgoing, QueueError};
 
 use super::Driver;
-use super::stores::Store;
 
 /// Log target of a transfer's milestones (its first piece verified, every
 /// piece verified): hidden under the default filter, shown by
@@ -28,9 +27,9 @@ impl Driver {
                     digests,
                     resumed,
                 } => self.start_storage(transfer, digests, &resumed),
-                SessionEvent::Storage { transfer, op } => match self.stores.get(&transfer) {
-                    Some(Store::Running(d)) => d.submit(op),
-                    _ => tracing::debug!("storage op for {transfer} before its storage opened"),
+                SessionEvent::Storage { transfer, op } => match self.running(transfer) {
+                    Some(d) => d.submit(op),
+                    None => tracing::debug!("storage op for {transfer} before its storage opened"),
                 },
                 SessionEvent::Dial {
                     conn,
@@ -97,20 +96,24 @@ impl Driver {
                     offset,
                     len,
                     digest,
-                } => match self.stores.get(&transfer) {
-                    Some(Store::Running(d)) => {
-                        let tx = self.checked_tx.clone();
-                        d.check_range(offset, len, digest, move |ok| {
-                            let _ = tx.send(super::Checked {
-                                transfer,
-                                scheme,
-                                unit,
-                                ok,
+                } => {
+                    let tx = self.checked_tx.clone();
+                    match self.running(transfer) {
+                        Some(d) => {
+                            d.check_range(offset, len, digest, move |ok| {
+                                let _ = tx.send(super::Checked {
+                                    transfer,
+                                    scheme,
+                                    unit,
+                                    ok,
+                                });
                             });
-                        });
+                        }
+                        None => {
+                            tracing::debug!("range check for {transfer} before its storage opened")
+                        }
                     }
-                    _ => tracing::debug!("range check for {transfer} before its storage opened"),
-                },
+                }
                 SessionEvent::Banned { ip, reason } => tracing::warn!("banning {ip}: {reason}"),
                 SessionEvent::DhtNode(node) => {
                     if let Some(d) = &mut self.dht {

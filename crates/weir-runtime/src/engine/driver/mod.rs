@@ -40,7 +40,7 @@ use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summar
 use crate::bandwidth::SharedBucket;
 use crate::mse::MseStream;
 use crate::peerconn::ConnEvent;
-use crate::storage::{self, DiskStorage, Opened};
+use crate::storage::{self, Opened};
 
 use conns::ConnState;
 pub use report::Snapshot;
@@ -454,18 +454,18 @@ impl Driver {
         for c in conns {
             self.drop_conn(c, false);
         }
-        let stores: Vec<DiskStorage> = self
-            .stores
-            .drain()
-            .filter_map(|(_, s)| match s {
-                Store::Running(d) => Some(d),
-                Store::Waiting(_) => None,
-            })
-            .collect();
+        let stores: Vec<Store> = self.stores.drain().map(|(_, s)| s).collect();
         let _ = tokio::task::spawn_blocking(move || {
             // Every close begins before any is waited for: the journals of
             // a thousand transfers flush together, not one after another.
-            let closing: Vec<_> = stores.into_iter().map(DiskStorage::begin_close).collect();
+            // The rest (waiting, parked) only let their locks go.
+            let closing: Vec<_> = stores
+                .into_iter()
+                .filter_map(|s| match s {
+                    Store::Running(d) => Some(d.begin_close()),
+                    Store::Waiting(_) | Store::Parked(_) => None,
+                })
+                .collect();
             for c in closing {
                 c.wait();
             }

@@ -9,10 +9,13 @@ use crate::storage::{self, DiskStorage, Opened, TransferSpec};
 
 use super::{Driver, Msg, Pending};
 
-/// A transfer's storage: opened and waiting for its digests, or running.
+/// A transfer's storage: opened and waiting for its digests, parked until
+/// its first operation (see [`storage::Parked`]), or running. Boxed, so
+/// the driver's map holds 16 bytes a transfer whatever its state.
 pub(super) enum Store {
     Waiting(Box<Opened>),
-    Running(DiskStorage),
+    Parked(Box<storage::Parked>),
+    Running(Box<DiskStorage>),
 }
 
 /// Storage openings (journal reads, a recheck's hashing) that run at once
@@ -156,15 +159,44 @@ impl Driver {
             tracing::debug!("{id}: storage opened twice or unknown");
             return;
         };
+        let opened = opened.in_group(&self.backlog);
+        if resumed.iter().all(|r| r.1 == 0) {
+            // Nothing to do until the transfer reads or writes.
+            self.stores
+                .insert(id, Store::Parked(Box::new(opened.park(digests))));
+            return;
+        }
         let events = crate::storage::Events::tagged(self.storage_tx.clone(), id);
-        match opened
-            .in_group(&self.backlog)
-            .start(digests, resumed, events)
-        {
+        match opened.start(digests, resumed, events) {
             Ok(d) => {
-                self.stores.insert(id, Store::Running(d));
+                self.stores.insert(id, Store::Running(Box::new(d)));
             }
             Err(e) => self.fatal = Some(EngineError::Storage(e)),
+        }
+    }
+
+    /// The running storage of `id`, started now if it was parked; `None`
+    /// while it is not open yet, or if starting failed (then the engine
+    /// stops with the error).
+    pub(super) fn running(&mut self, id: TransferId) -> Option<&DiskStorage> {
+        if let Some(Store::Parked(_)) = self.stores.get(&id) {
+            let Some(Store::Parked(p)) = self.stores.remove(&id) else {
+                unreachable!("just seen parked")
+            };
+            let events = crate::storage::Events::tagged(self.storage_tx.clone(), id);
+            match p.start(events) {
+                Ok(d) => {
+                    self.stores.insert(id, Store::Running(Box::new(d)));
+                }
+                Err(e) => {
+                    self.fatal = Some(EngineError::Storage(e));
+                    return None;
+                }
+            }
+        }
+        match self.stores.get(&id) {
+            Some(Store::Running(d)) => Some(d),
+            _ => None,
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use weir_runtime::engine::DataPaths;
 
-use super::state::Limits;
+use super::state::{Folder, Limits};
 use super::{Content, EngineBackend, EngineId, Infos, Touch, cap_of, unix_now};
 use crate::backend::*;
 
@@ -447,9 +447,9 @@ impl EngineBackend {
                 if let Some(e) = st.entries.get_mut(&id) {
                     match &moved {
                         Ok(()) => {
-                            e.record.download_dir = location.clone();
-                            let b = Arc::make_mut(&mut e.base);
-                            b.download_dir = self.0.dir.dir_shown(&location);
+                            let folder = Folder::new(&location);
+                            Arc::make_mut(&mut e.base).download_dir = folder.shown();
+                            e.record.download_dir = folder;
                         }
                         Err(err) => tracing::warn!("transfer {id}: moving its data: {err}"),
                     }

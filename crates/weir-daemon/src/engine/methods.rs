@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use weir_session::TransferInfo;
 
-use super::state::{Record, RecordSource, StateError};
+use super::state::{Folder, Record, RecordSource, StateError};
 use super::view::{self, Absent};
 use super::{
     Content, EngineBackend, EngineId, Entry, Infos, Orphan, Touch, delete_data, entry, magnet,
@@ -413,7 +413,7 @@ impl Backend for EngineBackend {
             let record = Record {
                 id,
                 source,
-                download_dir: dir,
+                download_dir: Folder::new(&dir),
                 paused,
                 labels: req.labels.clone(),
                 added: now,

@@ -659,7 +659,7 @@ impl EngineBackend {
             e.failed = None;
             (
                 e.content.clone(),
-                e.record.download_dir.clone(),
+                e.record.download_dir.to_path_buf(),
                 e.record.paused,
                 e.record.peers.clone(),
                 (e.wanted_files(), e.file_priorities()),
@@ -865,7 +865,7 @@ fn entry(
 ) -> Entry {
     let mut view = parsed.view;
     view.id = record.id;
-    view.download_dir = dir.dir_shown(&record.download_dir);
+    view.download_dir = record.download_dir.shown();
     let mut base = view::Base::of(&view);
     if let RecordSource::Torrent { .. } = &record.source {
         base = base.kept_torrent(dir.torrents_shown());
@@ -1059,6 +1059,14 @@ mod tests {
             .collect();
         let dirs: Vec<&Arc<str>> = entries.iter().map(|e| &e.base.download_dir).collect();
         assert!(Arc::ptr_eq(dirs[0], dirs[1]), "one copy for one folder");
+        // The records hold that copy too, and so does one read back.
+        assert!(Arc::ptr_eq(
+            &entries[0].record.download_dir.shown(),
+            dirs[0]
+        ));
+        let back: super::state::Folder = serde_json::from_str("\"/data/a\"").unwrap();
+        assert!(Arc::ptr_eq(&back.shown(), dirs[0]));
+        assert_eq!(serde_json::to_string(&back).unwrap(), "\"/data/a\"");
         assert_eq!((&**dirs[1], &**dirs[2]), ("/data/a", "/data/b"));
         for (i, e) in entries.iter().enumerate() {
             let shown = view::fill(e, None, view::Absent::Stopped, None, Detail::default(), 1);

@@ -135,7 +135,7 @@ pub struct Record {
     /// What it is.
     pub source: RecordSource,
     /// Its download directory.
-    pub download_dir: PathBuf,
+    pub download_dir: Folder,
     /// Stopped by the user.
     pub paused: bool,
     /// Labels.
@@ -442,24 +442,112 @@ pub struct StateDir {
     names: Arc<Names>,
 }
 
-/// Path names the daemon shows for many transfers, one copy each: the
+/// Path names the daemon shows for many transfers, one copy: the
 /// `torrents/` folder (a transfer's .torrent is named from its hash when
-/// shown) and the download folders in use (most transfers share one).
+/// shown). Download folders are [`Folder`]s.
 #[derive(Debug)]
 struct Names {
     torrents: Arc<str>,
-    dirs: std::sync::Mutex<Vec<Arc<str>>>,
 }
-
-/// Download folder names remembered for sharing (the most recently used).
-const SHARED_DIRS: usize = 16;
 
 impl Names {
     fn new(dir: &Path) -> Arc<Names> {
         Arc::new(Names {
             torrents: Arc::from(dir.join(TORRENTS_DIR).to_string_lossy().as_ref()),
-            dirs: std::sync::Mutex::new(Vec::new()),
         })
+    }
+}
+
+/// A transfer's download folder, as its record keeps it and its view shows
+/// it: one copy of the name for every transfer in the same folder (most
+/// share one). Each record held its own path (~60 bytes of heap a
+/// transfer) and its view a second copy. Folders made from the same name
+/// while it is among the [`SHARED_DIRS`] most recently used share it,
+/// whether made by an add, a move or read back from the state.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Folder(Arc<str>);
+
+/// Download folder names remembered for sharing (the most recently used).
+const SHARED_DIRS: usize = 16;
+
+impl Folder {
+    /// The folder at `path` (a name that is not UTF-8 is kept lossily, as
+    /// the state's JSON would).
+    pub fn new(path: &Path) -> Folder {
+        static DIRS: std::sync::Mutex<Vec<Arc<str>>> = std::sync::Mutex::new(Vec::new());
+        let name = path.to_string_lossy();
+        let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = dirs.iter().position(|d| **d == *name) {
+            let d = dirs.remove(i);
+            dirs.insert(0, d.clone());
+            return Folder(d);
+        }
+        let d: Arc<str> = Arc::from(name.as_ref());
+        dirs.insert(0, d.clone());
+        dirs.truncate(SHARED_DIRS);
+        Folder(d)
+    }
+
+    /// The name as shown (the same copy).
+    pub(super) fn shown(&self) -> Arc<str> {
+        self.0.clone()
+    }
+}
+
+impl Deref for Folder {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        Path::new(&*self.0)
+    }
+}
+
+impl AsRef<Path> for Folder {
+    fn as_ref(&self) -> &Path {
+        self
+    }
+}
+
+impl std::fmt::Debug for Folder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<&str> for Folder {
+    fn from(s: &str) -> Folder {
+        Folder::new(Path::new(s))
+    }
+}
+
+impl From<&Path> for Folder {
+    fn from(p: &Path) -> Folder {
+        Folder::new(p)
+    }
+}
+
+impl PartialEq<Path> for Folder {
+    fn eq(&self, other: &Path) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<PathBuf> for Folder {
+    fn eq(&self, other: &PathBuf) -> bool {
+        **self == **other
+    }
+}
+
+impl Serialize for Folder {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Folder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Folder, D::Error> {
+        let p = PathBuf::deserialize(d)?;
+        Ok(Folder::new(&p))
     }
 }
 
@@ -487,21 +575,6 @@ impl StateDir {
     /// transfer: see [`StateDir::torrent_path`]).
     pub(super) fn torrents_shown(&self) -> Arc<str> {
         self.names.torrents.clone()
-    }
-
-    /// `dir` as shown, the same copy for every transfer in it.
-    pub(super) fn dir_shown(&self, dir: &Path) -> Arc<str> {
-        let shown = dir.to_string_lossy();
-        let mut dirs = self.names.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = dirs.iter().position(|d| **d == *shown) {
-            let d = dirs.remove(i);
-            dirs.insert(0, d.clone());
-            return d;
-        }
-        let d: Arc<str> = Arc::from(shown.as_ref());
-        dirs.insert(0, d.clone());
-        dirs.truncate(SHARED_DIRS);
-        d
     }
 
     /// The directory.

@@ -84,7 +84,7 @@ impl Session {
             && t.ed2k.is_none()
             && let Some(b) = t.bt.as_mut()
         {
-            b.try_sleep();
+            b.try_sleep(&mut self.sleeping);
         }
     }
 

@@ -115,6 +115,8 @@ pub struct Session {
     /// `cfg.book`, shared by every transfer's peer book.
     pub(crate) book_cfg: std::sync::Arc<weir_core::peers::BookConfig>,
     pub(crate) transfers: Transfers,
+    /// The settings its sleeping torrents share.
+    pub(crate) sleeping: weir_bt::torrent::SharedConfigs,
     /// The last [`Session::snapshot`].
     pub(crate) snap: Snap,
     pub(crate) by_info_hash: BTreeMap<[u8; 20], TransferId>,
@@ -181,6 +183,7 @@ impl Session {
             callbacks,
             servers: Vec::new(),
             transfers: Transfers::default(),
+            sleeping: Default::default(),
             snap: Snap::default(),
             by_info_hash: BTreeMap::new(),
             by_file: BTreeMap::new(),

@@ -912,7 +912,7 @@ fn an_idle_torrent_sleeps_and_a_peer_wakes_it() {
     let info = s.info(a, now).expect("known");
     assert_eq!(info.wanted, 100_000);
     assert_eq!(info.bytes_had, 0);
-    assert!(matches!(s.torrent(a), Some(TorrentRef::Asleep(_))));
+    assert!(matches!(s.torrent(a), Some(TorrentRef::Asleep(..))));
     assert_eq!(s.torrent(a).unwrap().had().count(), 0);
     assert_eq!(
         s.bt_route(&[1; 20]).expect("it takes peers").info_hash,

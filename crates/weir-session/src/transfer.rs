@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use weir_bt::metainfo::Metainfo;
-use weir_bt::torrent::{Dormant, Torrent, TorrentRef};
+use weir_bt::torrent::{Dormant, SharedConfigs, Torrent, TorrentRef};
 use weir_core::peers::{ConnCounts, PeerBook};
 use weir_ed2k::Md4Hash;
 use weir_ed2k::transfer::FileId;
@@ -83,7 +83,7 @@ impl BtSide {
     pub(crate) fn view(&self) -> TorrentRef<'_> {
         match &self.slot {
             TorrentSlot::Awake(t) => TorrentRef::Awake(t),
-            TorrentSlot::Asleep(d) => TorrentRef::Asleep(d),
+            TorrentSlot::Asleep(d) => TorrentRef::Asleep(d, &self.meta),
             TorrentSlot::Moving => unreachable!("a slot is awake or asleep between calls"),
         }
     }
@@ -104,12 +104,12 @@ impl BtSide {
     }
 
     /// Puts the torrent to sleep if it is awake and idle
-    /// ([`Torrent::can_sleep`]).
-    pub(crate) fn try_sleep(&mut self) {
+    /// ([`Torrent::can_sleep`]), its settings shared through `shared`.
+    pub(crate) fn try_sleep(&mut self, shared: &mut SharedConfigs) {
         if matches!(&self.slot, TorrentSlot::Awake(t) if t.can_sleep())
             && let TorrentSlot::Awake(t) = std::mem::replace(&mut self.slot, TorrentSlot::Moving)
         {
-            self.slot = TorrentSlot::Asleep(t.sleep());
+            self.slot = TorrentSlot::Asleep(t.sleep(shared));
         }
     }
 }

@@ -817,7 +817,7 @@ impl World {
     fn open_storage(&mut self, n: NodeId, t: TransferId, digests: Digests) {
         let node = &mut self.nodes[n];
         let geo = match node.session.torrent(t) {
-            Some(tor) => *tor.geometry(),
+            Some(tor) => tor.geometry(),
             None => {
                 let (client, file) = node
                     .session

@@ -10,7 +10,7 @@ use weir_bt::torrent::TorrentRef;
 use weir_sim::{LinkConfig, NodeConfig, Payload, TorrentSpec, World};
 
 fn asleep(t: TorrentRef<'_>) -> bool {
-    matches!(t, TorrentRef::Asleep(_))
+    matches!(t, TorrentRef::Asleep(..))
 }
 
 #[test]

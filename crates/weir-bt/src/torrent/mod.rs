@@ -42,7 +42,7 @@ use weir_core::storage::{Digests, StorageEvent, StorageOp};
 
 use crate::metainfo::Metainfo;
 use crate::wire::{BLOCK_LEN, BlockRef, ExtHandshake, Handshake, Message};
-pub use dormant::{Dormant, TorrentRef};
+pub use dormant::{Dormant, SharedConfigs, TorrentRef};
 use peer::{Has, Outstanding, Peer};
 
 /// A connection, as the runtime and the torrent both name it.
@@ -110,7 +110,7 @@ fn spans_skipped(geo: &Geometry, offset: u64, len: u64, skipped: impl Fn(u32) ->
 }
 
 /// Tunables of one torrent.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TorrentConfig {
     /// Our peer id.
     pub peer_id: [u8; 20],
@@ -406,7 +406,7 @@ impl Torrent {
     /// This torrent as a [`Dormant`] (call only when
     /// [`Torrent::can_sleep`]): what it had, wanted and counted, without
     /// the tables a swarm needs.
-    pub fn sleep(self) -> Dormant {
+    pub fn sleep(self, shared: &mut SharedConfigs) -> Dormant {
         debug_assert!(self.can_sleep(), "only an idle torrent sleeps");
         let (content, now) = self.content.into_quiet();
         // The content's wanted pieces, priorities and order as they are
@@ -416,12 +416,10 @@ impl Torrent {
         cfg.priorities = now.priorities;
         cfg.order = now.order;
         Dormant {
-            cfg,
+            cfg: shared.keep(cfg),
             content,
-            geo: self.geo,
-            info_hash: self.info_hash,
             counters: dormant::Counters::of(&self.stats),
-            banned: self.banned,
+            banned: (!self.banned.is_empty()).then(|| Box::new(self.banned)),
             rng: self.rng,
             choke_rounds: self.choke_rounds,
             next_read: self.next_read,

@@ -783,11 +783,11 @@ fn a_torrent_that_slept_wakes_as_it_was() {
         Torrent::new(&m, TorrentConfig::new([9; 20]), &had, &had),
     );
     assert!(t.can_sleep());
-    let d = t.sleep();
-    assert_eq!(idle_stats(d.stats()), before);
+    let d = t.sleep(&mut SharedConfigs::default());
+    assert_eq!(idle_stats(d.stats(&m)), before);
     assert_eq!(d.had(), &had);
-    assert!(d.deselected(11 * u64::from(PIECE), 1));
-    assert!(!d.deselected(10 * u64::from(PIECE), 1));
+    assert!(d.deselected(&m, 11 * u64::from(PIECE), 1));
+    assert!(!d.deselected(&m, 10 * u64::from(PIECE), 1));
     s.nodes[leech].t = d.wake(&m);
     assert!(
         s.nodes[leech].t.poll_event().is_none(),
@@ -827,9 +827,9 @@ fn a_torrent_that_slept_wakes_as_it_was() {
     assert!(t.stats(now).downloaded > 0);
     let t = std::mem::replace(t, Torrent::new(&m, TorrentConfig::new([9; 20]), &had, &had));
     assert!(t.can_sleep());
-    let d = t.sleep();
+    let d = t.sleep(&mut SharedConfigs::default());
     assert!(d.is_complete());
-    assert_eq!(idle_stats(d.stats()), before);
+    assert_eq!(idle_stats(d.stats(&m)), before);
     let mut t = d.wake(&m);
     assert!(t.poll_event().is_none(), "no second completion");
     assert_eq!(idle_stats(t.stats(now)), before);
@@ -844,4 +844,62 @@ fn a_torrent_that_slept_wakes_as_it_was() {
         &Bitfield::full(n),
     );
     assert!(!checking.can_sleep());
+}
+
+/// Sleeping torrents with the same session settings share one config;
+/// one whose settings differ (no DHT port, as a private torrent) keeps its
+/// own; each wakes with exactly the config it slept with, its own fields
+/// (order, seed, download, wanted pieces, priorities) included.
+#[test]
+fn sleeping_torrents_share_their_session_settings() {
+    use weir_core::picker::Priority;
+    let data = vec![7u8; 3 * PIECE as usize];
+    let m = meta(&data);
+    let n = 3;
+    let mut shared = SharedConfigs::default();
+    let mut configs = Vec::new();
+    let mut sleepers = Vec::new();
+    for i in 0..3u64 {
+        let mut cfg = TorrentConfig::new([1; 20]);
+        cfg.dht_port = (i != 2).then_some(6881);
+        cfg.seed = i;
+        cfg.order = if i == 1 {
+            Order::Sequential
+        } else {
+            Order::RarestFirst
+        };
+        cfg.download = i != 0;
+        let mut wanted = Bitfield::full(n);
+        wanted.clear(i as u32);
+        cfg.wanted = Some(wanted);
+        let mut prio = vec![Priority::Normal; n as usize];
+        prio[i as usize] = Priority::High;
+        cfg.priorities = Some(prio.into());
+        let mut t = Torrent::new(&m, cfg.clone(), &Bitfield::new(n), &Bitfield::new(n));
+        while t.poll_event().is_some() {}
+        assert!(t.can_sleep());
+        configs.push(cfg);
+        sleepers.push(t.sleep(&mut shared));
+    }
+    assert!(Arc::ptr_eq(
+        &sleepers[0].cfg.shared,
+        &sleepers[1].cfg.shared
+    ));
+    assert!(!Arc::ptr_eq(
+        &sleepers[0].cfg.shared,
+        &sleepers[2].cfg.shared
+    ));
+    for (d, cfg) in sleepers.iter().zip(&configs) {
+        assert_eq!(&d.cfg.config(), cfg);
+    }
+    // Woken (the wanted pieces and priorities go into its content) and
+    // asleep again: the same.
+    for (d, cfg) in sleepers.into_iter().zip(&configs) {
+        let t = d.wake(&m);
+        assert_eq!(
+            t.deselected(0, 1),
+            cfg.wanted.as_ref().is_some_and(|w| !w.get(0))
+        );
+        assert_eq!(&t.sleep(&mut shared).cfg.config(), cfg);
+    }
 }

@@ -264,6 +264,23 @@ impl Entry {
     }
 }
 
+/// Engine adds a restart keeps in flight (see
+/// [`EngineBackend::launch_all`]): enough to keep the engine's storage
+/// openings busy.
+const LAUNCHES_AT_ONCE: usize = 16;
+
+/// What an engine add of a transfer takes (see
+/// [`EngineBackend::prepare_launch`]).
+struct Launch {
+    content: Content,
+    dir: PathBuf,
+    paused: bool,
+    peers: Vec<std::net::SocketAddr>,
+    files: Option<Arc<[bool]>>,
+    priorities: Option<Arc<[weir_core::picker::Priority]>>,
+    recheck: bool,
+}
+
 /// A transfer removed while its storage was being opened: removed from the
 /// engine once the add completes.
 struct Orphan {
@@ -523,9 +540,7 @@ impl EngineBackend {
             close: Notify::new(),
         }));
         backend.apply_caps();
-        for id in ids {
-            backend.launch(id, false);
-        }
+        backend.launch_all(ids);
         backend.watch_limits(Duration::from_secs(1));
         Ok(backend)
     }
@@ -645,63 +660,105 @@ impl EngineBackend {
     /// background; with `recheck` every piece on disk is hashed again
     /// instead of trusting the journal).
     fn launch(&self, id: TransferId, recheck: bool) {
-        let (content, dir, paused, peers, (files, priorities)) = {
-            let mut st = self.lock();
-            let Some(e) = st.entries.get_mut(&id) else {
-                return;
-            };
-            if let Content::Magnet(_) = e.content {
-                drop(st);
-                self.fetch_metadata(id);
-                return;
-            }
-            e.adding = true;
-            e.failed = None;
-            (
-                e.content.clone(),
-                e.record.download_dir.to_path_buf(),
-                e.record.paused,
-                e.record.peers.clone(),
-                (e.wanted_files(), e.file_priorities()),
-            )
-        };
+        if let Some(l) = self.prepare_launch(id, recheck) {
+            tokio::spawn(self.clone().run_launch(id, l));
+        }
+    }
+
+    /// Starts every transfer of `ids`, at most [`LAUNCHES_AT_ONCE`] in
+    /// flight (each is marked as being added at once). One task, not one
+    /// per transfer: a daemon restarting with 10,000 transfers spawned
+    /// 10,000 tasks (~1.5 KB each) that waited on the engine's four
+    /// storage openings, and the heap they grew stayed held once they
+    /// were done (15 MB of the restarted daemon's RSS).
+    fn launch_all(&self, ids: Vec<TransferId>) {
+        let launches: Vec<(TransferId, Launch)> = ids
+            .into_iter()
+            .filter_map(|id| Some((id, self.prepare_launch(id, false)?)))
+            .collect();
         let me = self.clone();
         tokio::spawn(async move {
-            let open = OpenOptions {
-                recheck,
-                ..OpenOptions::download()
-            };
-            let r = match content {
-                Content::Torrent(meta) => {
-                    me.0.engine
-                        .add_torrent(TorrentSource {
-                            meta,
-                            dir,
-                            open,
-                            peers,
-                            seed: true,
-                            paused,
-                            files,
-                            priorities,
-                        })
-                        .await
+            let mut running = tokio::task::JoinSet::new();
+            for (id, l) in launches {
+                if running.len() >= LAUNCHES_AT_ONCE {
+                    running.join_next().await;
                 }
-                Content::Ed2k(link) => {
-                    me.0.engine
-                        .add_ed2k(Ed2kSource {
-                            link: *link,
-                            dir,
-                            open,
-                            peers,
-                            seed: true,
-                            paused,
-                        })
-                        .await
-                }
-                Content::Magnet(_) => return,
-            };
-            me.added(id, paused, r).await;
+                running.spawn(me.clone().run_launch(id, l));
+            }
+            while running.join_next().await.is_some() {}
         });
+    }
+
+    /// Marks `id` as being added and takes what its engine add needs
+    /// (`None`: gone, or a magnet, whose metadata is fetched instead).
+    fn prepare_launch(&self, id: TransferId, recheck: bool) -> Option<Launch> {
+        let mut st = self.lock();
+        let e = st.entries.get_mut(&id)?;
+        if let Content::Magnet(_) = e.content {
+            drop(st);
+            self.fetch_metadata(id);
+            return None;
+        }
+        e.adding = true;
+        e.failed = None;
+        Some(Launch {
+            content: e.content.clone(),
+            dir: e.record.download_dir.to_path_buf(),
+            paused: e.record.paused,
+            peers: e.record.peers.clone(),
+            files: e.wanted_files(),
+            priorities: e.file_priorities(),
+            recheck,
+        })
+    }
+
+    /// Adds a prepared transfer to the engine and takes its answer.
+    async fn run_launch(self, id: TransferId, l: Launch) {
+        let open = OpenOptions {
+            recheck: l.recheck,
+            ..OpenOptions::download()
+        };
+        let Launch {
+            content,
+            dir,
+            paused,
+            peers,
+            files,
+            priorities,
+            ..
+        } = l;
+        let r = match content {
+            Content::Torrent(meta) => {
+                self.0
+                    .engine
+                    .add_torrent(TorrentSource {
+                        meta,
+                        dir,
+                        open,
+                        peers,
+                        seed: true,
+                        paused,
+                        files,
+                        priorities,
+                    })
+                    .await
+            }
+            Content::Ed2k(link) => {
+                self.0
+                    .engine
+                    .add_ed2k(Ed2kSource {
+                        link: *link,
+                        dir,
+                        open,
+                        peers,
+                        seed: true,
+                        paused,
+                    })
+                    .await
+            }
+            Content::Magnet(_) => return,
+        };
+        self.added(id, paused, r).await;
     }
 
     /// The engine's answer to [`launch`](Self::launch).

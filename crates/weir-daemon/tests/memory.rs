@@ -82,7 +82,11 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 /// download's lock and journal sharing its stem; 4,716 with one copy of
 /// each torrent's name; 4,774 with a kept torrent's comment and creator
 /// made when shown (as with the link, this test's held views now carry
-/// their own copies while the entries hold none). The bound sits above
+/// their own copies while the entries hold none); 4,353 with storage
+/// parked until a transfer's first read or write; 4,314 with one copy of
+/// each download folder's name; 4,206 with sleeping torrents sharing
+/// their session's settings (4,161-4,188 in three runs after the launches
+/// were split from their tasks). The bound sits above
 /// the last figure, with room for the spread between runs and builds
 /// (~15 bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,4 +119,4 @@ async fn an_idle_transfer_holds_a_bounded_heap() {
 }
 
 /// Bytes of heap an idle two-piece torrent may hold.
-const BOUND: f64 = 4_850.0;
+const BOUND: f64 = 4_300.0;

@@ -88,7 +88,7 @@ async fn add_idle(b: &EngineBackend, from: usize, to: usize) {
 /// their session's settings (4,161-4,188 in three runs after the launches
 /// were split from their tasks). The bound sits above
 /// the last figure, with room for the spread between runs and builds
-/// (~15 bytes).
+/// (~50 bytes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_transfer_holds_a_bounded_heap() {
     let tmp = weir_lab::TempDir::new("daemon-memory").unwrap();

@@ -14,12 +14,12 @@ use crate::backend::*;
 /// Largest .torrent read from disk or a URL.
 pub(crate) const MAX_TORRENT: usize = 32 << 20;
 
-/// A transfer's view as its content describes it, with its files and
-/// trackers (progress and state are the backend's to fill).
+/// A transfer's view as its content describes it, with its files
+/// (progress and state are the backend's to fill; its trackers' views are
+/// made when asked for: see [`tracker_views`]).
 pub(crate) struct Parsed {
     pub(crate) view: TransferView,
     pub(crate) files: Vec<FileView>,
-    pub(crate) trackers: Vec<TrackerView>,
 }
 
 /// Parses a .torrent's bytes.
@@ -51,10 +51,38 @@ pub(crate) fn read_bounded(p: &Path) -> Result<Vec<u8>, BackendError> {
     Ok(data)
 }
 
+/// A source's view and its trackers' (the fake backend holds both).
+#[cfg(feature = "fake")]
+pub(crate) type WithTrackers = (Parsed, Vec<TrackerView>);
+
 /// The view of a .torrent's bytes.
 #[cfg(feature = "fake")]
-pub(crate) fn from_metainfo(bytes: &[u8]) -> Result<Parsed, BackendError> {
-    Ok(of_metainfo(&parse_metainfo(bytes)?))
+pub(crate) fn from_metainfo(bytes: &[u8]) -> Result<WithTrackers, BackendError> {
+    let m = parse_metainfo(bytes)?;
+    Ok((of_metainfo(&m), tracker_views(&m)))
+}
+
+/// The views of a torrent's trackers, in tier order. Made when asked for
+/// (a `torrent-get` with `trackers` or `trackerStats`), not held: ~370
+/// bytes and two strings per tracker, ~2.5 KB for each torrent of five
+/// trackers a daemon holds.
+pub(crate) fn tracker_views(m: &Metainfo) -> Vec<TrackerView> {
+    let mut trackers = Vec::new();
+    for (tier, urls) in m.trackers().iter().enumerate() {
+        for url in urls {
+            trackers.push(TrackerView {
+                id: trackers.len() as u32,
+                tier: tier as u32,
+                announce: Arc::from(url.as_str()),
+                scrape: Arc::from(url.replace("/announce", "/scrape").as_str()),
+                announce_state: TrackerState::Inactive,
+                last_announce_result: Arc::default(),
+                last_scrape_result: Arc::default(),
+                ..TrackerView::default()
+            });
+        }
+    }
+    trackers
 }
 
 /// The view of a torrent.
@@ -72,21 +100,6 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     v.creator = shown_text(&m.created_by);
     v.date_created = m.creation_date.and_then(|d| u64::try_from(d).ok());
     v.link = Arc::from(magnet_link_of(m).as_str());
-    let mut trackers = Vec::new();
-    for (tier, urls) in m.trackers().iter().enumerate() {
-        for url in urls {
-            trackers.push(TrackerView {
-                id: trackers.len() as u32,
-                tier: tier as u32,
-                announce: Arc::from(url.as_str()),
-                scrape: Arc::from(url.replace("/announce", "/scrape").as_str()),
-                announce_state: TrackerState::Inactive,
-                last_announce_result: Arc::default(),
-                last_scrape_result: Arc::default(),
-                ..TrackerView::default()
-            });
-        }
-    }
     let mut files = Vec::with_capacity(m.info.files.len());
     let mut offset = 0u64;
     for f in &m.info.files {
@@ -110,11 +123,7 @@ pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     }
     v.size_when_done = total;
     v.left_until_done = total;
-    Parsed {
-        view: v,
-        files,
-        trackers,
-    }
+    Parsed { view: v, files }
 }
 
 /// A metainfo's free text (comment, creator) as a view shows it: none
@@ -184,7 +193,7 @@ fn percent_decode(s: &str) -> String {
 
 /// The view of a magnet link (no metadata yet).
 #[cfg(feature = "fake")]
-pub(crate) fn from_magnet(link: &str) -> Result<Parsed, BackendError> {
+pub(crate) fn from_magnet(link: &str) -> Result<WithTrackers, BackendError> {
     let bad = |why: &str| BackendError::InvalidTorrent(format!("bad magnet link: {why}"));
     let query = link
         .get(..8)
@@ -229,17 +238,19 @@ pub(crate) fn from_magnet(link: &str) -> Result<Parsed, BackendError> {
             ..TrackerView::default()
         })
         .collect();
-    Ok(Parsed {
-        view: v,
-        files: Vec::new(),
+    Ok((
+        Parsed {
+            view: v,
+            files: Vec::new(),
+        },
         trackers,
-    })
+    ))
 }
 
 /// The view of an ed2k link.
 #[cfg(feature = "fake")]
-pub(crate) fn from_ed2k(link: &str) -> Result<Parsed, BackendError> {
-    Ok(of_link(&parse_ed2k(link)?))
+pub(crate) fn from_ed2k(link: &str) -> Result<WithTrackers, BackendError> {
+    Ok((of_link(&parse_ed2k(link)?), Vec::new()))
 }
 
 /// The view of an eD2k file.
@@ -263,11 +274,7 @@ pub(crate) fn of_link(l: &FileLink) -> Parsed {
         begin_piece: 0,
         end_piece: v.piece_count,
     }];
-    Parsed {
-        view: v,
-        files,
-        trackers: Vec::new(),
-    }
+    Parsed { view: v, files }
 }
 
 #[cfg(test)]
@@ -281,9 +288,9 @@ mod tests {
             "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567&dn=my+file%21&tr=http%3A%2F%2Fx%2Fa",
         )
         .unwrap();
-        assert_eq!(&*e.view.name, "my file!");
-        assert_eq!(e.view.total_size, 0);
-        assert_eq!(&*e.trackers[0].announce, "http://x/a");
+        assert_eq!(&*e.0.view.name, "my file!");
+        assert_eq!(e.0.view.total_size, 0);
+        assert_eq!(&*e.1[0].announce, "http://x/a");
         assert!(matches!(
             from_magnet("magnet:?dn=x"),
             Err(BackendError::InvalidTorrent(_))

@@ -39,6 +39,21 @@ pub(super) fn ed2k_only(link: &str) -> Result<Option<weir_ed2k::link::FileLink>,
     }
 }
 
+/// The views of a magnet's trackers (`tr=`), each its own tier; made when
+/// asked for, as a torrent's ([`crate::sources::tracker_views`]).
+pub(super) fn tracker_views(m: &Magnet) -> Vec<TrackerView> {
+    m.trackers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TrackerView {
+            id: i as u32,
+            tier: i as u32,
+            announce: Arc::from(t.as_str()),
+            ..TrackerView::default()
+        })
+        .collect()
+}
+
 pub(super) fn parse(link: &str) -> Result<(Magnet, Parsed), BackendError> {
     let m = Magnet::parse(link)
         .map_err(|e| BackendError::InvalidTorrent(format!("bad magnet link: {e}")))?;
@@ -52,23 +67,11 @@ pub(super) fn parse(link: &str) -> Result<(Magnet, Parsed), BackendError> {
     let mut v = TransferView::new(0, hash, name.as_str());
     v.metadata_percent_complete = 0.0;
     v.link = Arc::from(m.to_uri().as_str());
-    let trackers = m
-        .trackers
-        .iter()
-        .enumerate()
-        .map(|(i, t)| TrackerView {
-            id: i as u32,
-            tier: i as u32,
-            announce: Arc::from(t.as_str()),
-            ..TrackerView::default()
-        })
-        .collect();
     Ok((
         m,
         Parsed {
             view: v,
             files: Vec::new(),
-            trackers,
         },
     ))
 }
@@ -191,7 +194,6 @@ impl EngineBackend {
                     let base = super::view::Base::of(&parsed.view);
                     e.base = Arc::new(base.kept_torrent(self.0.dir.torrents_shown()));
                     e.files = parsed.files;
-                    e.trackers = parsed.trackers;
                     // The magnet's `so=` (BEP 53) when the add named no
                     // files itself; indices past the files are ignored.
                     if let Content::Magnet(m) = &e.content
@@ -257,7 +259,7 @@ mod tests {
             p.view.hash.to_hex(),
             "0123456789abcdef0123456789abcdef01234567"
         );
-        assert_eq!(&*p.trackers[0].announce, "http://127.0.0.1/a");
+        assert_eq!(&*tracker_views(&m)[0].announce, "http://127.0.0.1/a");
         assert_eq!(link_peers(&m), vec!["127.0.0.1:6881".parse().unwrap()]);
         // No name: the hash names it.
         let (_, p) = parse("magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567").unwrap();

@@ -164,7 +164,6 @@ pub(crate) struct Entry {
     /// set.
     base: Arc<view::Base>,
     files: Vec<FileView>,
-    trackers: Vec<TrackerView>,
     engine_id: Option<EngineId>,
     /// Its storage is being opened.
     adding: bool,
@@ -940,7 +939,6 @@ fn entry(
         list_view: None,
         base: Arc::new(base),
         files: parsed.files,
-        trackers: parsed.trackers,
         engine_id: None,
         adding: false,
         fetching: false,
@@ -1091,6 +1089,65 @@ mod tests {
         assert_eq!(shared_records(&b).await, (3, 3), "after a restart");
         drop(b);
         e2.stop().await;
+    }
+
+    /// A torrent's and a magnet's trackers are shown when asked for, in
+    /// tier order with their scrape addresses, made from the source then
+    /// (an entry holds no views of them).
+    #[test]
+    fn trackers_are_shown_from_the_source_when_asked_for() {
+        let tmp = weir_lab::TempDir::new("tracker-views").unwrap();
+        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
+        let t = b"d8:announce20:http://a.example/ann13:announce-listll25:http://a.example/announceel27:udp://b.example:80/announceee4:infod6:lengthi5e4:name1:x12:piece lengthi16384e6:pieces20:aaaaaaaaaaaaaaaaaaaaee";
+        let m = parse_metainfo(t).unwrap();
+        let source = RecordSource::Torrent {
+            info_hash: TransferHash::Bt(m.info_hash).to_hex(),
+        };
+        let parsed = of_metainfo(&m);
+        let torrent = entry(
+            &dir,
+            Record::test(1, source, "/data").into(),
+            Content::Torrent(Arc::new(m)),
+            parsed,
+            1,
+        );
+        let link = "magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567&tr=http%3A%2F%2Fc.example%2Fannounce";
+        let (mg, parsed) = magnet::parse(link).unwrap();
+        let source = RecordSource::Magnet { link: link.into() };
+        let magnet = entry(
+            &dir,
+            Record::test(2, source, "/data").into(),
+            Content::Magnet(Arc::new(mg)),
+            parsed,
+            1,
+        );
+        let shown = |e: &Entry, trackers: bool| {
+            let detail = Detail {
+                trackers,
+                ..Detail::default()
+            };
+            view::fill(e, None, view::Absent::Stopped, None, detail, 1).trackers
+        };
+        assert!(shown(&torrent, false).is_empty());
+        let v = shown(&torrent, true);
+        let got: Vec<(u32, &str, &str)> = v
+            .iter()
+            .map(|t| (t.tier, &*t.announce, &*t.scrape))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "http://a.example/announce", "http://a.example/scrape"),
+                (
+                    1,
+                    "udp://b.example:80/announce",
+                    "udp://b.example:80/scrape"
+                ),
+            ]
+        );
+        let v = shown(&magnet, true);
+        assert_eq!(v.len(), 1);
+        assert_eq!(&*v[0].announce, "http://c.example/announce");
     }
 
     /// Transfers in one download folder show one copy of its name, and a

@@ -408,7 +408,11 @@ pub(super) fn fill(
         }
     }
     if detail.trackers {
-        v.trackers = e.trackers.clone();
+        v.trackers = match &e.content {
+            super::Content::Torrent(m) => crate::sources::tracker_views(m),
+            super::Content::Magnet(m) => super::magnet::tracker_views(m),
+            super::Content::Ed2k(_) => Vec::new(),
+        };
     }
     v
 }
@@ -526,7 +530,7 @@ mod tests {
     /// An idle eD2k entry with a label and its own limits.
     fn entry() -> Entry {
         let link = format!("ed2k://|file|a.bin|1000|{}|/", "11".repeat(16));
-        let parsed = crate::sources::from_ed2k(&link).unwrap();
+        let parsed = crate::sources::of_link(&crate::sources::parse_ed2k(&link).unwrap());
         let source = crate::engine::state::RecordSource::Ed2k { link: link.clone() };
         let record = crate::engine::state::Record {
             labels: vec!["tv".into()],

@@ -15,7 +15,7 @@ use weir_core::policy::NetPolicy;
 
 use crate::backend::*;
 
-use crate::sources::{Parsed, from_ed2k, from_magnet, from_metainfo, read_bounded};
+use crate::sources::{WithTrackers, from_ed2k, from_magnet, from_metainfo, read_bounded};
 
 /// Bytes per second a simulated download moves.
 pub const FAKE_RATE: u64 = 1_000_000;
@@ -37,12 +37,12 @@ struct Entry {
     materialized: bool,
 }
 
-impl From<Parsed> for Entry {
-    fn from(p: Parsed) -> Self {
+impl From<WithTrackers> for Entry {
+    fn from((p, trackers): WithTrackers) -> Self {
         Entry {
             view: Arc::new(p.view),
             files: p.files,
-            trackers: p.trackers,
+            trackers,
             materialized: false,
         }
     }

@@ -23,6 +23,7 @@
 //! through their v1 part.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 use weir_bencode::{Dict, Value};
@@ -46,10 +47,12 @@ pub struct Metainfo {
     pub info_hash: [u8; 20],
     /// The `info` dictionary.
     pub info: Info,
-    /// The `announce` URL, if any.
-    pub announce: Option<String>,
+    /// The `announce` URL, if any. Tracker URLs are `Arc<str>` so that a
+    /// program holding many torrents can share one copy of each (see
+    /// [`Metainfo::share_trackers`]): most torrents name the same few.
+    pub announce: Option<Arc<str>>,
     /// BEP 12 tiers of tracker URLs (empty tiers dropped), in file order.
-    pub announce_list: Vec<Vec<String>>,
+    pub announce_list: Vec<Vec<Arc<str>>>,
     /// Free-text comment.
     pub comment: Option<String>,
     /// The program that made the torrent.
@@ -273,7 +276,7 @@ impl Metainfo {
                 for (j, u) in urls.iter().enumerate() {
                     let s = lossy(as_bytes(u, &format!("{key}[{j}]"))?);
                     if !s.is_empty() {
-                        out.push(s);
+                        out.push(Arc::from(s));
                     }
                 }
                 if !out.is_empty() {
@@ -294,7 +297,7 @@ impl Metainfo {
             info_bytes: Some(info_bytes),
             info_hash,
             info,
-            announce: announce.filter(|s| !s.is_empty()),
+            announce: announce.filter(|s| !s.is_empty()).map(Arc::from),
             announce_list,
             comment,
             created_by,
@@ -311,9 +314,24 @@ impl Metainfo {
     /// says to ignore `announce` then), otherwise `announce` as one tier.
     pub fn trackers(&self) -> Vec<Vec<String>> {
         if !self.announce_list.is_empty() {
-            self.announce_list.clone()
+            self.announce_list
+                .iter()
+                .map(|tier| tier.iter().map(|u| u.to_string()).collect())
+                .collect()
         } else {
-            self.announce.iter().map(|a| vec![a.clone()]).collect()
+            self.announce.iter().map(|a| vec![a.to_string()]).collect()
+        }
+    }
+
+    /// Replaces each tracker URL with `share(url)`, the same text (a copy
+    /// held elsewhere, so that many torrents naming one tracker hold it
+    /// once).
+    pub fn share_trackers(&mut self, mut share: impl FnMut(&Arc<str>) -> Arc<str>) {
+        if let Some(a) = &mut self.announce {
+            *a = share(a);
+        }
+        for u in self.announce_list.iter_mut().flatten() {
+            *u = share(u);
         }
     }
 }

@@ -154,10 +154,27 @@ fn multi_file_nested_zero_length_and_metadata() {
     assert_eq!(m.info.files[1].length, 0);
     assert_eq!(m.total_length(), 40_005);
     assert_eq!(
-        m.announce_list,
+        m.trackers(),
         vec![vec!["http://a/ann", "udp://b:1"], vec!["http://c/ann"]]
     );
-    assert_eq!(m.trackers(), m.announce_list);
+    let listed: Vec<Vec<&str>> = m
+        .announce_list
+        .iter()
+        .map(|t| t.iter().map(|u| &**u).collect())
+        .collect();
+    assert_eq!(m.trackers(), listed);
+    // Shared: each URL becomes the copy given, the text unchanged.
+    let mut shared = m.clone();
+    let kept: std::sync::Arc<str> = "udp://b:1".into();
+    shared.share_trackers(|u| {
+        if **u == *kept {
+            kept.clone()
+        } else {
+            u.clone()
+        }
+    });
+    assert!(std::sync::Arc::ptr_eq(&shared.announce_list[0][1], &kept));
+    assert_eq!(shared.trackers(), m.trackers());
     assert_eq!(m.announce, None);
     assert_eq!(m.comment.as_deref(), Some("hello"));
     assert_eq!(m.created_by.as_deref(), Some("weir"));

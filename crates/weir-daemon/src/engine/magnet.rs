@@ -187,7 +187,9 @@ impl EngineBackend {
             let mut st = self.lock();
             match st.entries.get_mut(&id) {
                 Some(e) => {
-                    let meta = Arc::new(got.metainfo);
+                    let mut meta = got.metainfo;
+                    crate::sources::share_trackers(&mut meta);
+                    let meta = Arc::new(meta);
                     let mut parsed = of_metainfo(&meta);
                     parsed.view.id = id;
                     parsed.view.download_dir = e.base.download_dir.clone();

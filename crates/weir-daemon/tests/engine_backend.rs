@@ -668,3 +668,54 @@ async fn file_priorities_show_and_persist() -> anyhow::Result<()> {
     stop(e).await;
     Ok(())
 }
+
+/// A transfer removed with its data while it is being added again (a
+/// priority change takes it out of the engine and back) is gone from the
+/// disk when the removal answers, as one removed at rest is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_removed_while_re_added_has_its_data_deleted_by_the_answer() -> anyhow::Result<()>
+{
+    let (dir, state, downloads) = tmp("engine-backend-remove-adding")?;
+    let (torrent, _) = make_torrent(dir.path(), "gone", &[("a.bin", 100_000)])?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    let AddOutcome::Added(t) = b.add(AddRequest::new(AddSource::Path(torrent))).await? else {
+        panic!("not added")
+    };
+    wait(&b, "seeding", |v| {
+        v.len() == 1 && v[0].state == TransferState::Seeding
+    })
+    .await;
+    let data = downloads.join("gone");
+    assert!(data.exists());
+    let sel = || Selection::Refs(vec![TransferRef::Id(t.id)]);
+    for round in 0..5 {
+        // Out of the engine and being added back when the removal comes.
+        b.change(
+            sel(),
+            TransferChange {
+                priority_high: Some(FileSet::Indices(vec![0])),
+                ..TransferChange::default()
+            },
+        )
+        .await?;
+        if round < 4 {
+            b.change(
+                sel(),
+                TransferChange {
+                    priority_normal: Some(FileSet::Indices(vec![0])),
+                    ..TransferChange::default()
+                },
+            )
+            .await?;
+        }
+    }
+    b.remove(sel(), true).await?;
+    assert!(
+        !data.exists(),
+        "data still on disk when the removal answered"
+    );
+    assert!(all(&b).await.is_empty());
+    stop(e).await;
+    Ok(())
+}

@@ -537,6 +537,7 @@ impl Backend for EngineBackend {
     }
 
     async fn remove(&self, select: Selection, delete_local_data: bool) -> Result<(), BackendError> {
+        let mut orphans_gone = Vec::new();
         let taken: Vec<(Entry, bool)> = {
             let mut st = self.lock();
             let now = unix_now();
@@ -554,11 +555,14 @@ impl Backend for EngineBackend {
                 st.removed.push((id, now));
                 if e.adding {
                     let paths = e.content.paths(&e.record.download_dir);
+                    let (gone, gone_rx) = tokio::sync::oneshot::channel();
+                    orphans_gone.push(gone_rx);
                     st.orphans.insert(
                         id,
                         Orphan {
                             paths,
                             delete: delete_local_data,
+                            gone: Some(gone),
                         },
                     );
                 }
@@ -594,6 +598,15 @@ impl Backend for EngineBackend {
                 delete_data(e.content.paths(&e.record.download_dir)).await;
             }
         }
+        // Those being added leave once their add completes: answered after
+        // that (their data gone, if asked), within a bound.
+        let all_gone = async {
+            for gone in orphans_gone {
+                // An add that failed drops its sender: gone too.
+                let _ = gone.await;
+            }
+        };
+        let _ = tokio::time::timeout(super::ORPHANS_WAIT, all_gone).await;
         Ok(())
     }
 

@@ -281,11 +281,20 @@ struct Launch {
 }
 
 /// A transfer removed while its storage was being opened: removed from the
-/// engine once the add completes.
+/// engine once the add completes (and its data deleted, if asked), then
+/// `gone` is told.
 struct Orphan {
     paths: DataPaths,
     delete: bool,
+    gone: Option<tokio::sync::oneshot::Sender<()>>,
 }
+
+/// How long a `torrent-remove` waits for transfers it removed while they
+/// were being added to leave the engine (and their data the disk) before
+/// it answers; past it they still go, after the answer. A re-add (a
+/// priority or file change) takes milliseconds; only one hashing a large
+/// download again takes longer.
+const ORPHANS_WAIT: Duration = Duration::from_secs(10);
 
 struct Inner {
     settings: SessionSettings,
@@ -831,6 +840,9 @@ impl EngineBackend {
                 self.0.engine.remove_closed(eid).await;
                 if o.delete {
                     delete_data(o.paths).await;
+                }
+                if let Some(gone) = o.gone {
+                    let _ = gone.send(());
                 }
             }
         }

@@ -22,7 +22,15 @@
 //! has hundreds to thousands (`--set pieces=1024`: a 16 MiB torrent's
 //! count, or 1 GiB in 1 MiB pieces), which is where per-piece state shows.
 //!
-//! Options: `torrents`, `gets`, `big`, `pieces`; `--runs` (default 3).
+//! `--set trackers=N` (default 0) gives every torrent an announce list of N
+//! tiers, the same N URLs for all, as real torrents name the same public
+//! trackers: `http://127.0.0.1:<1..=N>/announce`, loopback ports nothing
+//! listens on (an announce is refused at once; nothing leaves the
+//! namespace). weir then runs with its trackers on (no `--no-trackers`),
+//! as Transmission does.
+//!
+//! Options: `torrents`, `gets`, `big`, `pieces`, `trackers`; `--runs`
+//! (default 3).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -45,7 +53,7 @@ use crate::common::proc_status_field;
 use crate::report::{Metric, Report};
 
 /// `--set` keys this scenario knows.
-pub const KEYS: &[&str] = &["torrents", "gets", "big", "pieces"];
+pub const KEYS: &[&str] = &["torrents", "gets", "big", "pieces", "trackers"];
 
 /// The fields `transmission-remote -l` (3.00) asks for.
 pub const LIST_FIELDS: [&str; 14] = [
@@ -103,7 +111,29 @@ pub fn make_torrents(n: usize) -> Vec<Vec<u8>> {
 /// `n` distinct single-file torrents of `pieces` (at least 1) pieces of
 /// 16 KiB, the last one short.
 pub fn make_torrents_of(n: usize, pieces: usize) -> Vec<Vec<u8>> {
+    make_torrents_with(n, pieces, 0)
+}
+
+/// As [`make_torrents_of`], each naming `trackers` tiers of one tracker,
+/// `http://127.0.0.1:<k>/announce` for k in `1..=trackers` (ports nothing
+/// listens on), the same for every torrent.
+pub fn make_torrents_with(n: usize, pieces: usize, trackers: u16) -> Vec<Vec<u8>> {
     let pieces = pieces.max(1);
+    let mut announce = Vec::new();
+    if trackers > 0 {
+        let url = |k: u16| format!("http://127.0.0.1:{k}/announce");
+        let first = url(1);
+        let _ = write!(
+            announce,
+            "8:announce{}:{first}13:announce-listl",
+            first.len()
+        );
+        for k in 1..=trackers {
+            let u = url(k);
+            let _ = write!(announce, "l{}:{u}e", u.len());
+        }
+        announce.push(b'e');
+    }
     (0..n)
         .map(|i| {
             let name = format!("bench-{i:05}.bin");
@@ -111,10 +141,11 @@ pub fn make_torrents_of(n: usize, pieces: usize) -> Vec<Vec<u8>> {
                 .map(|j| ((i * 131 + j * 7) % 251) as u8 ^ (i >> 8) as u8)
                 .collect();
             let length = (pieces as u64 - 1) * 16_384 + 1 + (i as u64 % 16_383);
-            let mut t = Vec::new();
+            let mut t = b"d".to_vec();
+            t.extend_from_slice(&announce);
             let _ = write!(
                 t,
-                "d10:created by10:weir-bench4:infod6:lengthi{length}e4:name{}:{name}12:piece lengthi16384e6:pieces{}:",
+                "10:created by10:weir-bench4:infod6:lengthi{length}e4:name{}:{name}12:piece lengthi16384e6:pieces{}:",
                 name.len(),
                 hashes.len(),
             );
@@ -291,9 +322,15 @@ fn start_transmission(ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
 }
 
 /// Starts `weir daemon` in `ns` on [`WEIR_RPC`] / [`WEIR_PEERS`], off the
-/// network beyond loopback (`--no-dht --no-trackers`, the bench policy),
-/// its state and downloads under `work`; waits for its RPC port.
-fn start_weir_daemon(cfg: &BenchConfig, ns: &Netns, work: &TempDir) -> anyhow::Result<Proc> {
+/// network beyond loopback (`--no-dht`, and `--no-trackers` unless
+/// `trackers`: the torrents' trackers are then on loopback), its state and
+/// downloads under `work`; waits for its RPC port.
+fn start_weir_daemon(
+    cfg: &BenchConfig,
+    ns: &Netns,
+    work: &TempDir,
+    trackers: bool,
+) -> anyhow::Result<Proc> {
     let state = work.subdir("weir-state")?;
     let dl = work.subdir("weir-downloads")?;
     let home = work.subdir("weir-home")?;
@@ -311,7 +348,10 @@ fn start_weir_daemon(cfg: &BenchConfig, ns: &Netns, work: &TempDir) -> anyhow::R
         .arg(&dl)
         .arg("--state")
         .arg(&state)
-        .args(["--no-dht", "--no-trackers"]);
+        .arg("--no-dht");
+    if !trackers {
+        c.arg("--no-trackers");
+    }
     let mut p = Proc::spawn_logged("weir-daemon", &mut c, work.path())?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while ns
@@ -507,8 +547,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let gets: usize = cfg.get_or("gets", 20usize)?.max(1);
     let big: usize = cfg.get_or("big", 10_000usize)?;
     let pieces: usize = cfg.get_or("pieces", 2usize)?.clamp(1, 1 << 20);
+    let trackers: u16 = cfg.get_or("trackers", 0u16)?.min(1000);
     let ns = Netns::new("daemon")?;
-    let torrents = make_torrents_of(n, pieces);
+    let torrents = make_torrents_with(n, pieces, trackers);
     let mut rep = Report::new(
         "daemon",
         cfg,
@@ -545,9 +586,9 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
                 start_transmission(&ns, &work)
             })
         });
-        let w = start_weir_daemon(cfg, &ns, &work).and_then(|p| {
+        let w = start_weir_daemon(cfg, &ns, &work, trackers > 0).and_then(|p| {
             run_process(&ns, p, WEIR_RPC, &torrents, gets, || {
-                start_weir_daemon(cfg, &ns, &work)
+                start_weir_daemon(cfg, &ns, &work, trackers > 0)
             })
         });
         let f = run_fake(&ns, &torrents, 0, gets);
@@ -592,6 +633,13 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     rep.note(&format!(
         "each torrent: one file of {pieces} pieces of 16 KiB (the last one short)"
     ));
+    if trackers > 0 {
+        rep.note(&format!(
+            "each torrent names {trackers} trackers (one per tier, the same for all): \
+             http://127.0.0.1:1..={trackers}/announce, ports nothing listens on; weir runs \
+             with its trackers on (no --no-trackers)"
+        ));
+    }
     rep.note(
         "fake backend rows: weir's RPC front end with weir_daemon::fake::FakeBackend \
          (in-memory transfers, no engine) inside this process; RSS is this process's growth \
@@ -645,6 +693,15 @@ mod tests {
                 let m = weir_bt::metainfo::Metainfo::from_bytes(&b).unwrap();
                 assert_eq!(m.info.piece_count() as usize, pieces);
             }
+        }
+        for b in make_torrents_with(2, 2, 3) {
+            let m = weir_bt::metainfo::Metainfo::from_bytes(&b).unwrap();
+            assert_eq!(
+                m.trackers(),
+                (1..=3)
+                    .map(|k| vec![format!("http://127.0.0.1:{k}/announce")])
+                    .collect::<Vec<_>>()
+            );
         }
         assert!((median(&[3.0, 1.0, 2.0]) - 2.0).abs() < 1e-9);
         assert!((p90(&[1.0; 10]) - 1.0).abs() < 1e-9);

@@ -323,6 +323,16 @@ impl Metainfo {
         }
     }
 
+    /// [`Metainfo::trackers`] as the metainfo's own shared URLs (no copy
+    /// of the text): what a program keeps for as long as it announces.
+    pub fn tracker_tiers(&self) -> Vec<Vec<Arc<str>>> {
+        if !self.announce_list.is_empty() {
+            self.announce_list.clone()
+        } else {
+            self.announce.iter().map(|a| vec![a.clone()]).collect()
+        }
+    }
+
     /// Replaces each tracker URL with `share(url)`, the same text (a copy
     /// held elsewhere, so that many torrents naming one tracker hold it
     /// once).

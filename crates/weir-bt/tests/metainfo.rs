@@ -175,6 +175,14 @@ fn multi_file_nested_zero_length_and_metadata() {
     });
     assert!(std::sync::Arc::ptr_eq(&shared.announce_list[0][1], &kept));
     assert_eq!(shared.trackers(), m.trackers());
+    // The tiers to announce along are the metainfo's own copies.
+    let tiers = shared.tracker_tiers();
+    assert!(std::sync::Arc::ptr_eq(&tiers[0][1], &kept));
+    let text: Vec<Vec<String>> = tiers
+        .iter()
+        .map(|t| t.iter().map(|u| u.to_string()).collect())
+        .collect();
+    assert_eq!(text, m.trackers());
     assert_eq!(m.announce, None);
     assert_eq!(m.comment.as_deref(), Some("hello"));
     assert_eq!(m.created_by.as_deref(), Some("weir"));

@@ -51,7 +51,8 @@ struct Ctx {
     id: TransferId,
     policy: NetPolicy,
     opts: crate::tracker::Options,
-    tiers: Vec<Vec<String>>,
+    /// The metainfo's own URLs (shared, not copied).
+    tiers: Vec<Vec<Arc<str>>>,
     base: AnnounceRequest,
     tx: mpsc::Sender<Msg>,
     standing: watch::Receiver<Standing>,
@@ -82,7 +83,7 @@ impl Announcer {
             port,
             local_ip,
         } = me.clone();
-        let tiers = meta.trackers();
+        let tiers = meta.tracker_tiers();
         if tiers.iter().all(Vec::is_empty) {
             return None;
         }

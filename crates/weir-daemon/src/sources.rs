@@ -117,6 +117,20 @@ pub(crate) fn tracker_views(m: &Metainfo) -> Vec<TrackerView> {
     trackers
 }
 
+/// The views of a magnet's trackers (its `tr=` addresses), each its own
+/// tier; made when asked for, as a torrent's ([`tracker_views`]).
+pub(crate) fn magnet_tracker_views(urls: &[String]) -> Vec<TrackerView> {
+    urls.iter()
+        .enumerate()
+        .map(|(i, t)| TrackerView {
+            id: i as u32,
+            tier: i as u32,
+            announce: Arc::from(t.as_str()),
+            ..TrackerView::default()
+        })
+        .collect()
+}
+
 /// The view of a torrent.
 pub(crate) fn of_metainfo(m: &Metainfo) -> Parsed {
     let hash = TransferHash::Bt(m.info_hash);
@@ -260,16 +274,7 @@ pub(crate) fn from_magnet(link: &str) -> Result<WithTrackers, BackendError> {
     let mut v = TransferView::new(0, hash, name.as_str());
     v.metadata_percent_complete = 0.0;
     v.link = Arc::from(link);
-    let trackers = trackers
-        .iter()
-        .enumerate()
-        .map(|(i, t)| TrackerView {
-            id: i as u32,
-            tier: i as u32,
-            announce: Arc::from(t.as_str()),
-            ..TrackerView::default()
-        })
-        .collect();
+    let trackers = magnet_tracker_views(&trackers);
     Ok((
         Parsed {
             view: v,

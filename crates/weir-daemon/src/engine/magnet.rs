@@ -39,21 +39,6 @@ pub(super) fn ed2k_only(link: &str) -> Result<Option<weir_ed2k::link::FileLink>,
     }
 }
 
-/// The views of a magnet's trackers (`tr=`), each its own tier; made when
-/// asked for, as a torrent's ([`crate::sources::tracker_views`]).
-pub(super) fn tracker_views(m: &Magnet) -> Vec<TrackerView> {
-    m.trackers
-        .iter()
-        .enumerate()
-        .map(|(i, t)| TrackerView {
-            id: i as u32,
-            tier: i as u32,
-            announce: Arc::from(t.as_str()),
-            ..TrackerView::default()
-        })
-        .collect()
-}
-
 pub(super) fn parse(link: &str) -> Result<(Magnet, Parsed), BackendError> {
     let m = Magnet::parse(link)
         .map_err(|e| BackendError::InvalidTorrent(format!("bad magnet link: {e}")))?;
@@ -261,7 +246,10 @@ mod tests {
             p.view.hash.to_hex(),
             "0123456789abcdef0123456789abcdef01234567"
         );
-        assert_eq!(&*tracker_views(&m)[0].announce, "http://127.0.0.1/a");
+        assert_eq!(
+            &*crate::sources::magnet_tracker_views(&m.trackers)[0].announce,
+            "http://127.0.0.1/a"
+        );
         assert_eq!(link_peers(&m), vec!["127.0.0.1:6881".parse().unwrap()]);
         // No name: the hash names it.
         let (_, p) = parse("magnet:?xt=urn:btih:0123456789abcdef0123456789abcdef01234567").unwrap();

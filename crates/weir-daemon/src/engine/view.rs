@@ -410,7 +410,7 @@ pub(super) fn fill(
     if detail.trackers {
         v.trackers = match &e.content {
             super::Content::Torrent(m) => crate::sources::tracker_views(m),
-            super::Content::Magnet(m) => super::magnet::tracker_views(m),
+            super::Content::Magnet(m) => crate::sources::magnet_tracker_views(&m.trackers),
             super::Content::Ed2k(_) => Vec::new(),
         };
     }

@@ -164,9 +164,7 @@ impl Driver {
                 let _ = reply.send(self.session.bt_peers(id, now));
             }
             Command::Reannounce(id) => {
-                if let Some(a) = self.announcers.get(&id) {
-                    a.reannounce();
-                }
+                self.announces.reannounce(id, now);
             }
             Command::DhtWatch(info_hash, reply) => {
                 let r = match &mut self.dht {
@@ -213,8 +211,14 @@ impl Driver {
         }
         self.transfer_caps.remove(&id);
         let store = self.stores.remove(&id);
-        if let Some(a) = self.announcers.remove(&id) {
-            tokio::spawn(a.stop());
+        if let Some(h) = self.announcing.remove(&id) {
+            h.abort();
+        }
+        if let Some(stop) = self.announces.remove(id) {
+            tokio::spawn(crate::engine::trackers::stop(
+                stop,
+                self.announce_ctx.clone(),
+            ));
         }
         tokio::task::spawn_blocking(move || {
             // Closed (or, not running, its lock let go: file I/O) before

@@ -5,7 +5,7 @@ use std::time::Instant;
 use weir_session::{LogLevel, Proto, SessionEvent, TransferEvent, TransferId};
 
 use crate::engine::EngineError;
-use crate::engine::trackers::{Announcer, Standing};
+use crate::engine::trackers::Standing;
 use crate::engine::wire;
 use crate::peerconn::{Outgoing, QueueError};
 
@@ -179,7 +179,7 @@ impl Driver {
     }
 
     pub(super) fn start_trackers(&mut self, id: TransferId) {
-        if !self.cfg.use_trackers || self.announcers.contains_key(&id) {
+        if !self.cfg.use_trackers || self.announces.contains(id) {
             return;
         }
         let Some(t) = self.session.torrent(id) else {
@@ -188,21 +188,26 @@ impl Driver {
         let Some(meta) = self.session.metainfo(id) else {
             return;
         };
-        let stats = t.stats(Instant::now());
+        let now = Instant::now();
+        let stats = t.stats(now);
         let standing = Standing {
             left: stats.bytes_left,
             complete: t.is_complete(),
             seed: t.had().is_full(),
             ..Standing::default()
         };
-        let me = crate::engine::trackers::Announcing {
-            policy: self.cfg.session.policy.clone(),
-            peer_id: self.cfg.session.peer_id,
-            port: self.cfg.session.bt_port.unwrap_or(0),
-            local_ip: self.cfg.bt_listen.map(|a| a.ip()),
-        };
-        if let Some(a) = Announcer::start(id, &meta, &me, standing, self.tx.clone()) {
-            self.announcers.insert(id, a);
+        self.announces.add(id, meta, standing, now);
+    }
+
+    /// Starts the announces that are due (as many as the start rate allows).
+    pub(super) fn start_announces(&mut self) {
+        for job in self.announces.take_due(Instant::now()) {
+            let id = job.transfer;
+            let task = tokio::spawn(crate::engine::trackers::run_job(
+                job,
+                self.announce_ctx.clone(),
+            ));
+            self.announcing.insert(id, task.abort_handle());
         }
     }
 }

@@ -33,7 +33,7 @@ use weir_core::storage::StorageEvent;
 use weir_session::{ConnId, Established, Proto, Session, TransferId};
 
 use super::mse::MseCtx;
-use super::trackers::Announcer;
+use super::trackers::{Announces, Announcing, JobCtx, Outcome};
 use super::transport::{PeerStream, TransportCtx};
 use super::wire::{self, Wire, WireError};
 use super::{Command, Ed2kSource, EngineConfig, EngineError, SharedSource, Summary, TorrentSource};
@@ -83,6 +83,8 @@ pub(crate) enum Msg {
         transfer: TransferId,
         peers: Vec<SocketAddr>,
     },
+    /// An announce ended ([`super::trackers::run_job`]).
+    Announced(Box<Outcome>),
     Command(Command),
 }
 
@@ -140,7 +142,11 @@ struct Driver {
     /// Dials and handshakes in progress.
     pending: HashMap<ConnId, AbortHandle>,
     stores: HashMap<TransferId, Store>,
-    announcers: HashMap<TransferId, Announcer>,
+    /// Every torrent's tracker announces, scheduled in one place.
+    announces: Announces,
+    announce_ctx: Arc<JobCtx>,
+    /// Announces out, by torrent (ended when it is removed).
+    announcing: HashMap<TransferId, tokio::task::AbortHandle>,
     progress: watch::Sender<Snapshot>,
     started: Instant,
     last_complete: Option<Instant>,
@@ -207,6 +213,13 @@ pub(super) fn spawn(
     let session = Session::new(cfg.session.clone());
     let mse = MseCtx::new(cfg.encryption, cfg.handshake_timeout);
     let transports = TransportCtx::new(cfg.transports, utp);
+    let me = Announcing {
+        policy: cfg.session.policy.clone(),
+        peer_id: cfg.session.peer_id,
+        port: cfg.session.bt_port.unwrap_or(0),
+        local_ip: cfg.bt_listen.map(|a| a.ip()),
+    };
+    let announce_ctx = Arc::new(JobCtx::new(&me, tx.clone()));
     let mut driver = Driver {
         cfg,
         session,
@@ -217,7 +230,9 @@ pub(super) fn spawn(
         conns: HashMap::new(),
         pending: HashMap::new(),
         stores: HashMap::new(),
-        announcers: HashMap::new(),
+        announces: Announces::new(me),
+        announce_ctx,
+        announcing: HashMap::new(),
         progress,
         started: Instant::now(),
         last_complete: None,
@@ -282,6 +297,10 @@ impl Driver {
                 .as_ref()
                 .and_then(super::lsd::LsdGlue::poll_timeout)
                 .map(tokio::time::Instant::from_std);
+            let announce_wake = self
+                .announces
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
                 Some((t, ev)) = storage_rx.recv() => {
@@ -328,6 +347,7 @@ impl Driver {
                         l.handle_timeout(&mut self.session);
                     }
                 }
+                _ = sleep_until(announce_wake) => self.start_announces(),
                 _ = report.tick() => self.publish(false),
             }
             self.carry_out();
@@ -422,6 +442,10 @@ impl Driver {
                 self.session
                     .add_peers(transfer, Proto::Bt, &peers, Source::Tracker, now);
             }
+            Msg::Announced(out) => {
+                self.announcing.remove(&out.transfer);
+                self.announces.finish(*out, now);
+            }
             Msg::Command(c) => self.on_command(c, now),
         }
     }
@@ -437,10 +461,14 @@ impl Driver {
         // Every torrent's `stopped` at once, each bounded by the stop
         // timeout: one after another, a tracker that never answers held a
         // daemon of N torrents N times that long.
+        for (_, h) in self.announcing.drain() {
+            h.abort();
+        }
         let stops: Vec<_> = self
-            .announcers
-            .drain()
-            .map(|(_, a)| tokio::spawn(a.stop()))
+            .announces
+            .remove_all()
+            .into_iter()
+            .map(|(_, s)| tokio::spawn(super::trackers::stop(s, self.announce_ctx.clone())))
             .collect();
         for s in stops {
             let _ = s.await;

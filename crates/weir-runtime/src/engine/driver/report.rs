@@ -82,22 +82,17 @@ impl Driver {
         let now = Instant::now();
         self.last_publish = Some(now);
         let transfers = self.infos(now);
-        for (id, a) in &self.announcers {
-            if let Ok(k) = transfers.binary_search_by_key(id, |t| t.id) {
-                let t = &transfers[k];
-                a.standing.send_if_modified(|s| {
-                    let new = Standing {
-                        uploaded: t.uploaded.0,
-                        downloaded: t.downloaded.0,
-                        left: t.wanted - t.bytes_had.min(t.wanted),
-                        complete: t.complete_at.is_some(),
-                        seed: t.complete_at.is_some() && t.wanted == t.size,
-                        peers: t.peers,
-                    };
-                    let changed = *s != new;
-                    *s = new;
-                    changed
-                });
+        if self.announces.len() > 0 {
+            for t in transfers.iter() {
+                let standing = Standing {
+                    uploaded: t.uploaded.0,
+                    downloaded: t.downloaded.0,
+                    left: t.wanted - t.bytes_had.min(t.wanted),
+                    complete: t.complete_at.is_some(),
+                    seed: t.complete_at.is_some() && t.wanted == t.size,
+                    peers: t.peers,
+                };
+                self.announces.set_standing(t.id, standing, now);
             }
         }
         let c = self.session.counts();

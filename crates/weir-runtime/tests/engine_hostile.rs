@@ -1,7 +1,8 @@
 //! The engine (`weir_runtime::engine`, what `weir get` runs) against
 //! hostile peers and servers on loopback (small tokio programs in this
 //! test): dials and handshakes past the limits, idle connections, a
-//! tracker's huge answer, a tracker that never answers `stopped`, a peer
+//! tracker's huge answer, a tracker that never answers `stopped`, many
+//! torrents starting at once against one tracker, a peer
 //! that does not read its answers, and an eD2k server asking for
 //! callbacks. The bounds are held by the session
 //! (limits) and the engine (write queues, timeouts, the accept loop);
@@ -536,6 +537,61 @@ async fn a_stop_during_an_unanswered_announce_still_says_stopped() {
         let (stopped, took) = stop_with_tracker_holding("event=started", 1, "held").await;
         assert_eq!(stopped, 1, "stopped was not announced");
         assert!(took < Duration::from_secs(4), "stopping took {took:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// Many torrents starting at once (a daemon's restart) do not open a
+/// connection each to their tracker at once: announces start at most 50 a
+/// second (after a burst of 50), and every torrent is announced in the
+/// end. Before the schedule, 120 torrents sent 120 `started` within the
+/// time the adds took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_torrents_starting_at_once_announce_at_a_bounded_rate() {
+    tokio::time::timeout(LIMIT, async {
+        const N: usize = 120;
+        let (tracker, log) =
+            http_tracker_holding(b"d8:intervali1800e5:peers0:e".to_vec(), None).await;
+        let mut cfg = config();
+        cfg.use_trackers = true;
+        let e = Engine::start(cfg).await.unwrap();
+        let started = || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains("event=started"))
+                .count()
+        };
+        // No announce can start before this: the bound counts from here.
+        let t0 = Instant::now();
+        let bound = |t0: Instant| 50.0 + 50.0 * t0.elapsed().as_secs_f64() + 1.0;
+        let mut most_over = f64::MIN;
+        for i in 0..N {
+            let src = tmp(&format!("rate-src-{i}"));
+            let meta = torrent_with(
+                &src,
+                16 * 1024 + i,
+                vec![vec![format!("http://{tracker}/announce")]],
+            );
+            let dst = tmp(&format!("rate-dst-{i}"));
+            e.add_torrent(download_source(meta, &dst, Vec::new()))
+                .await
+                .unwrap();
+            let seen = started() as f64;
+            most_over = most_over.max(seen - bound(t0));
+        }
+        until(Duration::from_secs(30), "every torrent announced", || {
+            let seen = started();
+            most_over = most_over.max(seen as f64 - bound(t0));
+            seen == N
+        })
+        .await;
+        assert!(
+            most_over <= 0.0,
+            "announces started faster than 50 a second: {most_over:.1} over the bound"
+        );
+        stop(e).await;
     })
     .await
     .unwrap();

@@ -623,9 +623,30 @@ impl Session {
         let touched = self.transfers.take_touched();
         let version = self.transfers.version();
         if self.snap.version != Some(version) {
-            self.snap.infos = Arc::new(self.infos(now).collect());
+            // Transfers came or went: a new vector, in which every entry
+            // the last one holds for an untouched, quiet transfer is
+            // kept, not computed again (a daemon given 20,000 torrents
+            // walked them all at every snapshot between two adds: 0.66 ms
+            // of CPU an add at the end, quadratic in all).
+            let old = std::mem::take(&mut self.snap.infos);
+            let mut again: Vec<TransferId> = touched;
+            again.extend(self.snap.live.iter().map(|&k| old[k].id));
+            again.sort_unstable();
+            let mut infos = Vec::with_capacity(self.transfers.len());
+            let mut j = 0;
+            for (&id, t) in self.transfers.iter() {
+                while j < old.len() && old[j].id < id {
+                    j += 1;
+                }
+                if j < old.len() && old[j].id == id && again.binary_search(&id).is_err() {
+                    infos.push(old[j].clone());
+                } else {
+                    infos.push(self.info_of(id, t, now));
+                }
+            }
+            self.snap.live = live(&infos, 0..infos.len());
+            self.snap.infos = Arc::new(infos);
             self.snap.version = Some(version);
-            self.snap.live = live(&self.snap.infos, 0..self.snap.infos.len());
             return self.snap.infos.clone();
         }
         let mut stale: Vec<usize> = touched
@@ -651,6 +672,8 @@ impl Session {
     }
 
     fn info_of(&self, id: TransferId, t: &Transfer, now: Instant) -> TransferInfo {
+        #[cfg(test)]
+        self.snap.made.set(self.snap.made.get() + 1);
         let mut info = TransferInfo {
             id,
             name: t.name.clone(),
@@ -853,6 +876,9 @@ pub(crate) struct Snap {
     /// Indices of the entries that change with time alone (peers, an eD2k
     /// side).
     live: Vec<usize>,
+    /// Infos computed (tests count them).
+    #[cfg(test)]
+    pub(crate) made: std::cell::Cell<u64>,
 }
 
 /// The indices among `ks` of infos that change with time alone.

@@ -882,6 +882,38 @@ fn snapshots_equal_a_full_walk_and_idle_transfers_cost_nothing() {
     assert_fresh(&mut s, &mut cache, now);
 }
 
+/// A transfer added to (or removed from) a session of idle transfers
+/// costs the next snapshot that transfer, not a walk over all of them:
+/// between two adds every idle transfer's entry is kept.
+#[test]
+fn a_snapshot_after_an_add_computes_only_what_changed() {
+    let now = Instant::now(); // test-epoch
+    let mut s = session();
+    let mut cache = s.snapshot(now);
+    let ids: Vec<TransferId> = (1..=50).map(|i| add(&mut s, i, now)).collect();
+    assert!(assert_fresh(&mut s, &mut cache, now));
+    let made = |s: &Session| s.snap.made.get();
+    let before = made(&s);
+    let _ = s.snapshot(now);
+    let c = add(&mut s, 51, now);
+    let snap = s.snapshot(now);
+    assert_eq!(made(&s) - before, 1, "one new transfer, one info made");
+    assert_eq!(snap.last().map(|i| i.id), Some(c));
+    // A transfer with a peer is computed again too; the rest kept.
+    s.add_peers(ids[3], Proto::Bt, &[peer(1)], Source::Manual, now);
+    assert!(s.remove(ids[10], now));
+    let before = made(&s);
+    let snap = s.snapshot(now);
+    assert_eq!(made(&s) - before, 1, "the touched one only");
+    assert_eq!(snap.len(), 50);
+    assert_eq!(snap[3].known, 1);
+    assert!(assert_fresh(
+        &mut s,
+        &mut cache,
+        now + Duration::from_secs(1)
+    ));
+}
+
 /// Every transfer's peer book reads the session's one book config (a
 /// copy in each cost 112 bytes a transfer).
 #[test]

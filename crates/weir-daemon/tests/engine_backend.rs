@@ -719,3 +719,51 @@ async fn a_transfer_removed_while_re_added_has_its_data_deleted_by_the_answer() 
     stop(e).await;
     Ok(())
 }
+
+/// Removing many transfers at once (no `ids`: all of them) with their
+/// data takes each out of the engine and off the disk by the answer
+/// (several at a time), the paused ones too, and leaves the others' data
+/// alone when only some are named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_transfers_removed_at_once_leave_with_their_data() -> anyhow::Result<()> {
+    const N: usize = 40;
+    let (dir, state, downloads) = tmp("engine-backend-remove-many")?;
+    let e = engine().await;
+    let b = EngineBackend::start(config(&state, &downloads), e.handle()).await?;
+    for i in 0..N {
+        let (torrent, _) = make_torrent(
+            dir.path(),
+            &format!("many-{i}"),
+            &[("a.bin", 20_000 + i as u64)],
+        )?;
+        let mut req = AddRequest::new(AddSource::Path(torrent));
+        req.paused = Some(i % 4 == 0);
+        let AddOutcome::Added(_) = b.add(req).await? else {
+            panic!("not added")
+        };
+    }
+    wait(&b, "every transfer checked", |v| {
+        v.len() == N
+            && v.iter()
+                .all(|t| t.state == TransferState::Seeding || t.state == TransferState::Stopped)
+    })
+    .await;
+    let data = |i: usize| downloads.join(format!("many-{i}"));
+    assert!((0..N).all(|i| data(i).exists()));
+    // Two named: only theirs go.
+    b.remove(
+        Selection::Refs(vec![TransferRef::Id(1), TransferRef::Id(2)]),
+        true,
+    )
+    .await?;
+    assert!(!data(0).exists() && !data(1).exists());
+    assert!((2..N).all(|i| data(i).exists()));
+    // The rest, all at once.
+    b.remove(Selection::All, true).await?;
+    let left: Vec<usize> = (0..N).filter(|&i| data(i).exists()).collect();
+    assert!(left.is_empty(), "data left on disk: {left:?}");
+    assert!(all(&b).await.is_empty());
+    assert_eq!(std::fs::read_dir(state.join("torrents"))?.count(), 0);
+    stop(e).await;
+    Ok(())
+}

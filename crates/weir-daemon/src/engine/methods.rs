@@ -544,6 +544,15 @@ impl Backend for EngineBackend {
             let ids = st.selected(&select, None);
             let mut taken = Vec::new();
             let first_removed = st.removed.len();
+            // How many entries share each engine transfer (an ed2k link
+            // that joined a torrent shares its transfer): counted once,
+            // not by a walk over every entry per removal (removing all of
+            // 10,000 walked 10^8).
+            let mut sharing: HashMap<EngineId, u32> = HashMap::new();
+            for eid in st.entries.values().filter_map(|e| e.engine_id) {
+                *sharing.entry(eid).or_default() += 1;
+            }
+            let mut gone = std::collections::HashSet::new();
             // From the highest id down: each removal then shifts only the
             // entries above it (removing all 10,000 moves none).
             for id in ids.into_iter().rev() {
@@ -551,7 +560,7 @@ impl Backend for EngineBackend {
                     continue;
                 };
                 st.by_hash.remove(&e.base.hash);
-                st.queue.retain(|q| *q != id);
+                gone.insert(id);
                 st.removed.push((id, now));
                 if e.adding {
                     let paths = e.content.paths(&e.record.download_dir);
@@ -566,11 +575,17 @@ impl Backend for EngineBackend {
                         },
                     );
                 }
-                // An ed2k link that joined a torrent shares its transfer.
-                let shared = e
-                    .engine_id
-                    .is_some_and(|eid| st.entries.values().any(|o| o.engine_id == Some(eid)));
+                // An ed2k link that joined a torrent shares its transfer:
+                // it goes with the last entry holding it.
+                let shared = e.engine_id.is_some_and(|eid| {
+                    let n = sharing.entry(eid).or_default();
+                    *n = n.saturating_sub(1);
+                    *n > 0
+                });
                 taken.push((e, shared));
+            }
+            if !gone.is_empty() {
+                st.queue.retain(|q| !gone.contains(q));
             }
             let cutoff = now.saturating_sub(RECENTLY_ACTIVE_SECS);
             st.removed[first_removed..].reverse();
@@ -587,17 +602,31 @@ impl Backend for EngineBackend {
         self.persist(vec![Touch::Removed(ids)])
             .await
             .map_err(state_err)?;
+        // Out of the engine (each answered once its storage is closed)
+        // and off the disk, [`REMOVALS_AT_ONCE`] at a time: one after
+        // another, removing 10,000 took 21 s of waiting on file closes.
+        let mut running = tokio::task::JoinSet::new();
         for (e, shared) in taken {
             if shared {
                 continue;
             }
-            if let Some(eid) = e.engine_id {
-                self.0.engine.remove_closed(eid).await;
+            if running.len() >= super::REMOVALS_AT_ONCE {
+                running.join_next().await;
             }
-            if delete_local_data && !e.adding {
-                delete_data(e.content.paths(&e.record.download_dir)).await;
-            }
+            let engine = self.0.engine.clone();
+            let data =
+                (delete_local_data && !e.adding).then(|| e.content.paths(&e.record.download_dir));
+            let eid = e.engine_id;
+            running.spawn(async move {
+                if let Some(eid) = eid {
+                    engine.remove_closed(eid).await;
+                }
+                if let Some(paths) = data {
+                    delete_data(paths).await;
+                }
+            });
         }
+        while running.join_next().await.is_some() {}
         // Those being added leave once their add completes: answered after
         // that (their data gone, if asked), within a bound.
         let all_gone = async {

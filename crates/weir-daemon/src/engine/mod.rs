@@ -267,6 +267,9 @@ impl Entry {
 /// [`EngineBackend::launch_all`]): enough to keep the engine's storage
 /// openings busy.
 const LAUNCHES_AT_ONCE: usize = 16;
+/// Transfers a `torrent-remove` takes out of the engine (and off the
+/// disk) at once.
+const REMOVALS_AT_ONCE: usize = 16;
 
 /// What an engine add of a transfer takes (see
 /// [`EngineBackend::prepare_launch`]).

@@ -465,6 +465,44 @@ async fn a_bt_peer_pushing_blocks_nobody_asked_for_is_dropped_and_nothing_kept()
     .unwrap();
 }
 
+/// A tracker answering every announce with no peer (those whose line
+/// holds `hold_if` never), and the request lines it got.
+async fn quiet_tracker(
+    hold_if: Option<&'static str>,
+) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    http_tracker_holding(b"d8:intervali1800e5:peers0:e".to_vec(), hold_if).await
+}
+
+/// An engine that announces to trackers.
+async fn tracked_engine() -> Engine {
+    let mut cfg = config();
+    cfg.use_trackers = true;
+    Engine::start(cfg).await.unwrap()
+}
+
+/// Adds the `i`th download of a test `tag`, a torrent naming `tracker`.
+async fn add_tracked(e: &Engine, tracker: SocketAddr, tag: &str, i: usize) {
+    let src = tmp(&format!("{tag}-src-{i}"));
+    let meta = torrent_with(
+        &src,
+        64 * 1024 + i,
+        vec![vec![format!("http://{tracker}/announce")]],
+    );
+    let dst = tmp(&format!("{tag}-dst-{i}"));
+    e.add_torrent(download_source(meta, &dst, Vec::new()))
+        .await
+        .unwrap();
+}
+
+/// How many requests the tracker got whose line holds `what`.
+fn heard(log: &std::sync::Mutex<Vec<String>>, what: &str) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(what))
+        .count()
+}
+
 /// `n` torrents of an engine announce to a tracker holding the requests
 /// whose line holds `hold_if`; once each has sent `started` the engine is
 /// stopped: how many `stopped` the tracker heard, and how long the stop
@@ -474,30 +512,12 @@ async fn stop_with_tracker_holding(
     n: usize,
     tag: &str,
 ) -> (usize, Duration) {
-    let (tracker, log) =
-        http_tracker_holding(b"d8:intervali1800e5:peers0:e".to_vec(), Some(hold_if)).await;
-    let mut cfg = config();
-    cfg.use_trackers = true;
-    let e = Engine::start(cfg).await.unwrap();
+    let (tracker, log) = quiet_tracker(Some(hold_if)).await;
+    let e = tracked_engine().await;
     for i in 0..n {
-        let src = tmp(&format!("{tag}-src-{i}"));
-        let meta = torrent_with(
-            &src,
-            64 * 1024 + i,
-            vec![vec![format!("http://{tracker}/announce")]],
-        );
-        let dst = tmp(&format!("{tag}-dst-{i}"));
-        e.add_torrent(download_source(meta, &dst, Vec::new()))
-            .await
-            .unwrap();
+        add_tracked(&e, tracker, tag, i).await;
     }
-    let count = |event: &str| {
-        log.lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(event))
-            .count()
-    };
+    let count = |event: &str| heard(&log, event);
     until(Duration::from_secs(20), "every torrent announced", || {
         count("event=started") == n
     })
@@ -551,33 +571,15 @@ async fn a_stop_during_an_unanswered_announce_still_says_stopped() {
 async fn many_torrents_starting_at_once_announce_at_a_bounded_rate() {
     tokio::time::timeout(LIMIT, async {
         const N: usize = 120;
-        let (tracker, log) =
-            http_tracker_holding(b"d8:intervali1800e5:peers0:e".to_vec(), None).await;
-        let mut cfg = config();
-        cfg.use_trackers = true;
-        let e = Engine::start(cfg).await.unwrap();
-        let started = || {
-            log.lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains("event=started"))
-                .count()
-        };
+        let (tracker, log) = quiet_tracker(None).await;
+        let e = tracked_engine().await;
+        let started = || heard(&log, "event=started");
         // No announce can start before this: the bound counts from here.
         let t0 = Instant::now();
         let bound = |t0: Instant| 50.0 + 50.0 * t0.elapsed().as_secs_f64() + 1.0;
         let mut most_over = f64::MIN;
         for i in 0..N {
-            let src = tmp(&format!("rate-src-{i}"));
-            let meta = torrent_with(
-                &src,
-                16 * 1024 + i,
-                vec![vec![format!("http://{tracker}/announce")]],
-            );
-            let dst = tmp(&format!("rate-dst-{i}"));
-            e.add_torrent(download_source(meta, &dst, Vec::new()))
-                .await
-                .unwrap();
+            add_tracked(&e, tracker, "rate", i).await;
             let seen = started() as f64;
             most_over = most_over.max(seen - bound(t0));
         }

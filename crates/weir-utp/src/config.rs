@@ -34,6 +34,19 @@ pub struct Config {
     /// most): memory a peer gets without proving a rate, the most a peer
     /// that never acknowledges or sends out of order can pin.
     pub min_buffer: usize,
+    /// Most received bytes (unread plus out of order) the endpoint's
+    /// connections hold together beyond [`Config::recv_floor`] each: past
+    /// its floor a connection takes a packet only while the budget has
+    /// room, and its advertised window says so. Without it each of
+    /// [`Config::max_connections`] peers could pin [`Config::min_buffer`]
+    /// by sending out of order (or to a connection nobody reads): 2 GiB at
+    /// the runtime's settings. Memory held is at most this plus a floor
+    /// per connection.
+    pub recv_budget: usize,
+    /// Received bytes a connection may always hold, whatever the budget:
+    /// it keeps every connection moving while others hold the budget (at
+    /// least one largest packet's payload).
+    pub recv_floor: usize,
     /// LEDBAT's queuing-delay target (BEP 29: 100 ms).
     pub target_delay: Duration,
     /// Initial congestion window in packets.
@@ -69,6 +82,8 @@ impl Default for Config {
             send_buffer: 16 << 20,
             recv_buffer: 16 << 20,
             min_buffer: 4 << 20,
+            recv_budget: 64 << 20,
+            recv_floor: 64 << 10,
             target_delay: Duration::from_millis(100),
             initial_window: 10,
             min_rto: Duration::from_millis(500),
@@ -102,6 +117,7 @@ impl Config {
         self.send_buffer = self.send_buffer.max(min_buf);
         self.recv_buffer = self.recv_buffer.max(min_buf);
         self.min_buffer = self.min_buffer.max(min_buf);
+        self.recv_floor = self.recv_floor.max(self.max_packet_size - HEADER_LEN);
         self.initial_window = self.initial_window.max(1);
         self.delayed_ack_packets = self.delayed_ack_packets.max(1);
         self.max_connections = self.max_connections.max(1);

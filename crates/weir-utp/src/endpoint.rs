@@ -38,6 +38,9 @@ pub struct EndpointStats {
     pub syn_refused: u64,
     /// Unconfirmed accepted connections dropped for newer ones.
     pub half_open_evicted: u64,
+    /// Data packets dropped because their connection was past its floor
+    /// and the receive budget had no room ([`Config::recv_budget`]).
+    pub over_budget: u64,
 }
 
 /// Many uTP connections sharing one UDP socket. See the crate docs for the
@@ -60,6 +63,8 @@ pub struct Endpoint {
     epoch: Option<Instant>,
     ts_offset: u32,
     stats: EndpointStats,
+    /// Received bytes every connection holds (unread plus out of order).
+    recv_held: usize,
 }
 
 impl Endpoint {
@@ -87,6 +92,7 @@ impl Endpoint {
             epoch: None,
             ts_offset,
             stats: EndpointStats::default(),
+            recv_held: 0,
         }
     }
 
@@ -98,6 +104,17 @@ impl Endpoint {
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// Received bytes all connections hold now (unread plus out of order),
+    /// what [`Config::recv_budget`] bounds.
+    pub fn recv_held(&self) -> usize {
+        self.recv_held
+    }
+
+    /// What the receive budget has left now.
+    fn recv_room(&self) -> usize {
+        self.cfg.recv_budget.saturating_sub(self.recv_held)
     }
 
     /// Connections held (all states).
@@ -184,9 +201,14 @@ impl Endpoint {
         match h {
             Some(h) => {
                 self.last_key = Some((key, h));
+                let room = self.recv_room();
                 if let Some(c) = self.conns.get_mut(&h) {
                     let was_half_open = c.state == State::SynRecv;
+                    let (held, over) = (c.recv_held(), c.over_budget());
+                    c.set_recv_room(room);
                     c.on_packet(&p, now, ts, &mut self.events);
+                    self.recv_held = self.recv_held - held + c.recv_held();
+                    self.stats.over_budget += c.over_budget() - over;
                     if was_half_open && c.state != State::SynRecv {
                         self.half_open_count -= 1;
                     }
@@ -235,6 +257,7 @@ impl Endpoint {
 
     fn remove(&mut self, h: ConnHandle) {
         if let Some(c) = self.conns.remove(&h) {
+            self.recv_held -= c.recv_held();
             if c.state == State::SynRecv {
                 self.half_open_count -= 1;
             }
@@ -280,6 +303,7 @@ impl Endpoint {
             return Some(t);
         }
         let ts = self.ts(now);
+        let room = self.recv_room();
         let mut tries = self.tx_queue.len();
         while tries > 0 {
             tries -= 1;
@@ -288,6 +312,8 @@ impl Endpoint {
                 self.in_tx.remove(&h);
                 continue;
             };
+            // The window it advertises answers to the budget too.
+            c.set_recv_room(room);
             match c.poll_transmit(now, ts) {
                 Some(data) => {
                     let dst = c.peer;
@@ -375,11 +401,15 @@ impl Endpoint {
         buf: &mut [u8],
         now: Instant,
     ) -> Result<usize, StreamError> {
+        let room = self.recv_room();
         let c = self
             .conns
             .get_mut(&h)
             .ok_or(StreamError::UnknownConnection)?;
+        let held = c.recv_held();
+        c.set_recv_room(room);
         let r = c.read(buf);
+        self.recv_held -= held - c.recv_held();
         let reason = c.reason;
         self.after(h, now);
         match (r, reason) {
@@ -398,11 +428,15 @@ impl Endpoint {
         max: usize,
         now: Instant,
     ) -> Result<Bytes, StreamError> {
+        let room = self.recv_room();
         let c = self
             .conns
             .get_mut(&h)
             .ok_or(StreamError::UnknownConnection)?;
+        let held = c.recv_held();
+        c.set_recv_room(room);
         let r = c.read_bytes(max);
+        self.recv_held -= held - c.recv_held();
         let reason = c.reason;
         self.after(h, now);
         match (r, reason) {

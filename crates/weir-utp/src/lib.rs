@@ -85,7 +85,12 @@
 //!   delivered half of it in order within a second. A peer that never
 //!   acknowledges, or sends only out of order, pins at most the floor.
 //!   Per endpoint at most [`Config::max_connections`] connections, of
-//!   which at most [`Config::max_half_open`] unconfirmed.
+//!   which at most [`Config::max_half_open`] unconfirmed, and received
+//!   data (unread or out of order) of all of them together within
+//!   [`Config::recv_budget`] (64 MiB) plus [`Config::recv_floor`] (64 KiB)
+//!   each: past its floor a connection takes a packet only while the
+//!   budget has room, so peers that each fill their window out of order,
+//!   or a backlog nobody reads, cannot add up.
 //!
 //! # Connection ids (BEP 29)
 //!
@@ -234,6 +239,9 @@ pub struct ConnStats {
     pub duplicates: u64,
     /// Data packets dropped: beyond the reorder window, the FIN, or the buffer.
     pub out_of_window: u64,
+    /// Data packets dropped past the floor while the endpoint's receive
+    /// budget had no room ([`Config::recv_budget`]).
+    pub over_budget: u64,
     /// Packets dropped for acknowledging what was never sent.
     pub invalid_packets: u64,
     /// MTU probes sent.

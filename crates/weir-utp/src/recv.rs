@@ -10,6 +10,12 @@
 //! not buffered. In-order payloads are copied once, into large shared
 //! buffers; out-of-order ones into exact-size buffers (so a straggler
 //! never pins a large buffer).
+//!
+//! Beyond its own cap, a buffer answers to its endpoint's budget: past
+//! `floor` bytes held it takes a packet only while the endpoint's `room`
+//! (what its budget has left over every connection) covers it, so many
+//! connections together hold at most the budget plus a floor each (see
+//! [`crate::Config::recv_budget`]).
 
 use std::collections::VecDeque;
 
@@ -35,6 +41,8 @@ pub(crate) enum Arrival {
     OutOfWindow,
     /// No room under the window: dropped.
     NoRoom,
+    /// Past the floor and the endpoint's budget has no room: dropped.
+    OverBudget,
 }
 
 /// In-order data and the reorder buffer.
@@ -50,6 +58,10 @@ pub(crate) struct RecvBuf {
     chunk: BytesMut,
     cap: usize,
     max_span: usize,
+    /// Bytes held that never need the endpoint's budget.
+    floor: usize,
+    /// What the endpoint's budget has left (set before each packet).
+    room: usize,
 }
 
 impl RecvBuf {
@@ -63,7 +75,25 @@ impl RecvBuf {
             chunk: BytesMut::new(),
             cap,
             max_span: max_span.max(2),
+            floor: usize::MAX,
+            room: usize::MAX,
         }
+    }
+
+    /// Bytes it may always hold, whatever the endpoint's budget says.
+    pub(crate) fn set_floor(&mut self, floor: usize) {
+        self.floor = floor;
+    }
+
+    /// What the endpoint's budget has left for every connection now.
+    pub(crate) fn set_room(&mut self, room: usize) {
+        self.room = room;
+    }
+
+    /// Bytes held (unread in-order data plus the reorder buffer's charge):
+    /// what the endpoint's budget counts.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.ready_bytes + self.reorder_charge
     }
 
     /// The most bytes it holds (never lowered: a window once advertised
@@ -77,10 +107,17 @@ impl RecvBuf {
         self.cap = self.cap.max(cap);
     }
 
-    /// Window to advertise: bytes still free.
+    /// Window to advertise: bytes still free under the cap, and under the
+    /// floor or the endpoint's room.
     pub(crate) fn free(&self) -> usize {
-        self.cap
-            .saturating_sub(self.ready_bytes + self.reorder_charge)
+        let held = self.held_bytes();
+        let budget = self.floor.saturating_sub(held).max(self.room);
+        self.cap.saturating_sub(held).min(budget)
+    }
+
+    /// Whether `more` bytes may be held on top of `held` under the budget.
+    fn budget_takes(&self, held: usize, more: usize) -> bool {
+        held + more <= self.floor || more <= self.room
     }
 
     /// Bytes ready for the application.
@@ -111,8 +148,9 @@ impl RecvBuf {
     /// takes a sequence number and is held like an empty data packet.
     ///
     /// The next expected packet is refused only when in-order data alone
-    /// would pass the cap: it is what frees the reorder buffer, so refusing
-    /// it for the reorder buffer's sake could stall the connection.
+    /// would pass the cap, or the floor when the budget has no room: it is
+    /// what frees the reorder buffer, so refusing it for the reorder
+    /// buffer's sake could stall the connection.
     pub(crate) fn on_packet(&mut self, offset: u16, payload: &[u8]) -> Arrival {
         if offset >= 0x8000 {
             return Arrival::Duplicate;
@@ -121,6 +159,9 @@ impl RecvBuf {
         if offset == 0 {
             if self.ready_bytes + payload.len() > self.cap {
                 return Arrival::NoRoom;
+            }
+            if !self.budget_takes(self.ready_bytes, payload.len()) {
+                return Arrival::OverBudget;
             }
             self.deliver(payload);
             let mut n = 1u16;
@@ -148,6 +189,9 @@ impl RecvBuf {
         let charge = payload.len().max(MIN_CHARGE);
         if self.ready_bytes + self.reorder_charge + charge > self.cap {
             return Arrival::NoRoom;
+        }
+        if !self.budget_takes(self.held_bytes(), charge) {
+            return Arrival::OverBudget;
         }
         if self.reorder.len() <= offset {
             self.reorder.resize(offset + 1, None);
@@ -262,6 +306,36 @@ mod tests {
         assert_eq!(r.on_packet(0, &[0u8; 946]), Arrival::NoRoom);
         assert_eq!(r.on_packet(0, &[0u8; 945]), Arrival::InOrder(1));
         assert_eq!(r.free(), 0);
+    }
+
+    #[test]
+    fn past_the_floor_only_the_budget_takes_packets() {
+        let mut r = RecvBuf::new(1 << 20, 100);
+        r.set_floor(3000);
+        r.set_room(0);
+        // Within the floor: taken, out of order or in order.
+        assert_eq!(r.on_packet(2, &[1; 1000]), Arrival::Buffered);
+        assert_eq!(r.on_packet(3, &[1; 1000]), Arrival::Buffered);
+        assert_eq!(r.on_packet(4, &[1; 1001]), Arrival::OverBudget);
+        assert_eq!(r.free(), 1000);
+        // The gap fillers count only what is ready: they free the reorder
+        // buffer, so a connection full of out-of-order data never stalls.
+        assert_eq!(r.on_packet(0, &[1; 500]), Arrival::InOrder(1));
+        assert_eq!(r.on_packet(0, &[1; 500]), Arrival::InOrder(3));
+        assert_eq!(r.held_bytes(), 3000);
+        assert_eq!(r.free(), 0);
+        assert_eq!(r.on_packet(0, &[1; 1]), Arrival::OverBudget);
+        // Room in the budget takes it past the floor, and shows in the window.
+        r.set_room(700);
+        assert_eq!(r.free(), 700);
+        assert_eq!(r.on_packet(0, &[1; 701]), Arrival::OverBudget);
+        assert_eq!(r.on_packet(0, &[1; 700]), Arrival::InOrder(1));
+        // Reading frees the floor again.
+        let mut b = vec![0u8; 4000];
+        assert_eq!(r.read(&mut b), 3700);
+        r.set_room(0);
+        assert_eq!(r.free(), 3000);
+        assert_eq!(r.on_packet(1, &[1; 3000]), Arrival::Buffered);
     }
 
     #[test]

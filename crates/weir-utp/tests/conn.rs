@@ -490,6 +490,109 @@ fn a_syn_flood_holds_bounded_memory_and_real_peers_get_in() {
     assert_eq!(p.b.len(), 1, "only the real connection remains");
 }
 
+/// Many peers each filling their window out of order: together they hold
+/// the endpoint's receive budget plus a floor each, not a window each, and
+/// an honest peer still gets its data through meanwhile.
+#[test]
+fn out_of_order_floods_from_many_peers_stay_within_the_receive_budget() {
+    let budget = 2 << 20;
+    let cfg = Config {
+        recv_budget: budget,
+        ..Config::default()
+    };
+    let floor = cfg.recv_floor;
+    let mut server = Endpoint::new(cfg, 5);
+    let t0 = std::time::Instant::now();
+    let mut out = BytesMut::new();
+    let peers = 100u16;
+    let mut handles = Vec::new();
+    for i in 0..peers {
+        let from = std::net::SocketAddr::from(([10, 7, 0, i as u8], 2000));
+        let mut h = Header {
+            ptype: PacketType::Syn,
+            conn_id: i * 2,
+            timestamp_us: 1,
+            timestamp_diff_us: 0,
+            wnd_size: 1 << 20,
+            seq_nr: 100,
+            ack_nr: 0,
+        };
+        out.clear();
+        packet::encode(&h, None, 0, &[], &mut out);
+        server.handle_datagram(from, &out, t0).unwrap();
+        let reply = server.poll_transmit(t0).expect("the SYN is answered");
+        let their = packet::decode(&reply.data).unwrap().header.seq_nr;
+        while server.poll_transmit(t0).is_some() {}
+        // 300 packets of 1,000 bytes after a gap (seq 101 never comes):
+        // 300 KB each, well inside a connection's 4 MiB window.
+        h.ptype = PacketType::Data;
+        h.conn_id = i * 2 + 1;
+        h.ack_nr = their.wrapping_sub(1);
+        for k in 0..300u16 {
+            h.seq_nr = 102 + k;
+            out.clear();
+            packet::encode(&h, None, 0, &[0xEE; 1000], &mut out);
+            server.handle_datagram(from, &out, t0).unwrap();
+            while server.poll_transmit(t0).is_some() {}
+        }
+        while let Some(e) = server.poll_event() {
+            if let Event::Incoming(c) = e {
+                handles.push(c);
+            }
+        }
+    }
+    assert_eq!(
+        handles.len(),
+        usize::from(peers),
+        "every flooder is connected"
+    );
+    let bound = budget + usize::from(peers) * floor;
+    let held: usize = handles
+        .iter()
+        .map(|h| server.conn_stats(*h).unwrap().recv_buffered)
+        .sum();
+    assert_eq!(
+        held,
+        server.recv_held(),
+        "the endpoint counts what they hold"
+    );
+    assert!(
+        held <= bound,
+        "{held} bytes held by {peers} flooders, bound {bound}"
+    );
+    assert!(
+        held > budget,
+        "the budget is used before packets are refused: {held}"
+    );
+    assert!(server.stats().over_budget > 0, "{:?}", server.stats());
+    // An honest peer moves 1 MiB through the full budget on its floor.
+    let mut p = Pair::new(ep(1), server);
+    p.now = t0 + Duration::from_secs(1);
+    let a = p.a.connect(p.b_addr, p.now).unwrap();
+    let data = pattern(1 << 20, 3);
+    let mut written = p.a.write(a, &data, p.now).unwrap();
+    let (mut got, mut b) = (Vec::new(), None);
+    let ok = p.run_until(Duration::from_secs(30), &mut pass, |p| {
+        let now = p.now;
+        if b.is_none() {
+            b = p.b_events.iter().find_map(|e| match e {
+                Event::Incoming(h) => Some(*h),
+                _ => None,
+            });
+        }
+        if let Some(b) = b {
+            drain(&mut p.b, b, &mut got, now);
+        }
+        if written < data.len() {
+            written += p.a.write(a, &data[written..], now).unwrap();
+        }
+        assert!(p.b.recv_held() <= bound, "{} held", p.b.recv_held());
+        got.len() == data.len()
+    });
+    assert!(ok, "got {} of {}", got.len(), data.len());
+    assert!(got == data);
+}
+
 #[test]
 fn mtu_probing_finds_the_path_limit_and_never_exceeds_the_callers() {
     // The caller allows 9000-byte datagrams; the path carries 4000.

@@ -184,7 +184,11 @@ impl Conn {
             partial_inflight: None,
             pace_at: None,
             force_one: false,
-            recv: RecvBuf::new(cfg.recv_buffer.min(cfg.min_buffer), max_span),
+            recv: {
+                let mut r = RecvBuf::new(cfg.recv_buffer.min(cfg.min_buffer), max_span);
+                r.set_floor(cfg.recv_floor);
+                r
+            },
             rx_epoch: None,
             ack_nr: 0,
             syn_seq: 0,
@@ -356,12 +360,31 @@ impl Conn {
         self.recv.ready_bytes()
     }
 
+    /// Received bytes held (unread plus out of order): what the endpoint's
+    /// budget counts.
+    pub(crate) fn recv_held(&self) -> usize {
+        self.recv.held_bytes()
+    }
+
+    /// Packets dropped for the endpoint's receive budget.
+    pub(crate) fn over_budget(&self) -> u64 {
+        self.stats.over_budget
+    }
+
+    /// What the endpoint's receive budget has left now.
+    pub(crate) fn set_recv_room(&mut self, room: usize) {
+        self.recv.set_room(room);
+    }
+
     /// A read freed space: tell the peer if its view of our window was small.
     fn after_read(&mut self) {
         let free = self.recv.free();
         let cap = self.recv.cap();
         let step = (cap / 4).max(self.cfg.packet_size);
-        if free >= self.last_wnd + step && self.last_wnd < cap / 2 {
+        // A window too small for a packet (the budget held it there) is
+        // opened at once: the peer waits on it.
+        let stalled = self.last_wnd < self.payload_max() && free >= self.payload_max();
+        if stalled || (free >= self.last_wnd + step && self.last_wnd < cap / 2) {
             self.ack_now = true;
         }
     }
@@ -760,6 +783,10 @@ impl Conn {
                 self.stats.out_of_window += 1;
                 self.ack_now = true;
             }
+            Arrival::OverBudget => {
+                self.stats.over_budget += 1;
+                self.ack_now = true;
+            }
         }
     }
 
@@ -902,7 +929,7 @@ impl Conn {
         s.peer_window = self.peer_wnd;
         s.bytes_in_flight = self.bytes_in_flight;
         s.send_buffered = self.send.buffered();
-        s.recv_buffered = self.recv.cap() - self.recv.free();
+        s.recv_buffered = self.recv.held_bytes();
         s.reorder_held = self.recv.held();
         s.slow_start = self.cc.in_slow_start();
         s

@@ -154,14 +154,19 @@ enum Only {
     Encrypted,
     /// `--utp-only`: uTP only, TCP off both ways.
     Utp,
+    /// Both: RC4 over uTP, nothing else (qBittorrent's "require
+    /// encryption" with TCP off).
+    EncryptedUtp,
 }
 
 impl Only {
-    fn flag(self) -> &'static str {
-        match self {
-            Only::Encrypted => "--forced-enc",
-            Only::Utp => "--utp-only",
-        }
+    fn flags(self) -> Vec<String> {
+        let f: &[&str] = match self {
+            Only::Encrypted => &["--forced-enc"],
+            Only::Utp => &["--utp-only"],
+            Only::EncryptedUtp => &["--forced-enc", "--utp-only"],
+        };
+        f.iter().map(|s| s.to_string()).collect()
     }
 
     /// What weir's log shows of a connection to such a peer.
@@ -169,6 +174,7 @@ impl Only {
         match self {
             Only::Encrypted => ", RC4",
             Only::Utp => "over utp",
+            Only::EncryptedUtp => "over utp, RC4",
         }
     }
 
@@ -176,6 +182,7 @@ impl Only {
         match self {
             Only::Encrypted => "encryption-only",
             Only::Utp => "uTP-only",
+            Only::EncryptedUtp => "encrypted uTP-only",
         }
     }
 }
@@ -189,7 +196,7 @@ fn weir_downloads_from_libtorrent(ns_name: &str, only: Only) -> anyhow::Result<(
     let ns = Netns::new(ns_name)?;
     let f = fixture()?;
     let opts = Options {
-        extra_args: vec![only.flag().into()],
+        extra_args: only.flags(),
         ..Options::default()
     };
     let _seed = bt::start_seed_with(
@@ -246,7 +253,7 @@ fn libtorrent_leecher_downloads_from_weir(ns_name: &str, only: Only) -> anyhow::
     let opts = Options {
         peers: vec![SocketAddr::V4(addr(SEED))],
         timeout: Duration::from_secs(25),
-        extra_args: vec![only.flag().into()],
+        extra_args: only.flags(),
         ..Options::default()
     };
     let r = bt::leech_with(
@@ -275,6 +282,16 @@ fn weir_downloads_from_a_utp_only_libtorrent_seeder() -> anyhow::Result<()> {
 #[test]
 fn an_encryption_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
     libtorrent_leecher_downloads_from_weir("imse-ltl", Only::Encrypted)
+}
+
+#[test]
+fn weir_downloads_from_an_encrypted_utp_only_libtorrent_seeder() -> anyhow::Result<()> {
+    weir_downloads_from_libtorrent("iemu-lts", Only::EncryptedUtp)
+}
+
+#[test]
+fn an_encrypted_utp_only_libtorrent_leecher_downloads_from_weir() -> anyhow::Result<()> {
+    libtorrent_leecher_downloads_from_weir("iemu-ltl", Only::EncryptedUtp)
 }
 
 #[test]

@@ -421,9 +421,14 @@ fn journal_thread(rx: mpsc::Receiver<JournalMsg>) {
 
 /// How many threads hash: one per core the process may use, 2 to 8 (the
 /// pool's hash workers, and a recheck's while a transfer opens).
+/// Asked once: the standard library reads the cgroup's files for it, and a
+/// daemon opens a storage for every torrent added.
 pub fn hash_threads() -> usize {
-    thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 8)
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 8)
+    })
 }

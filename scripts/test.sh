@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(python3-libtorrent transmission-daemon transmission-cli aria2 opentracker
       lrzsz amule-daemon amule-utils rtorrent mktorrent iproute2 time fonts-dejavu-core
-      chromium bsdutils g++)
+      chromium bsdutils g++ qbittorrent-nox)
 have_all=no
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()

@@ -210,6 +210,54 @@ fn libtorrent_downloads_from_transmission_rtorrent_and_aria2_seeders() -> anyhow
     Ok(())
 }
 
+/// The qBittorrent adapter both ways against libtorrent, by direct peer
+/// (its Web API's addPeers): qBittorrent leeches from a libtorrent seeder,
+/// then seeds to a libtorrent leecher.
+#[test]
+fn qbittorrent_downloads_from_libtorrent_and_seeds_to_it() -> anyhow::Result<()> {
+    if !ready(&[&Client::Libtorrent, &Client::Qbittorrent])? {
+        return Ok(());
+    }
+    let ns = Netns::new("bt-qbt")?;
+    let (dir, data, t, _) = setup("http://127.0.0.1:1/announce")?;
+    let lt_seed = addr("127.0.0.1:6881");
+    let _seed = bt::start_seed(&ns, &Client::LibtorrentHps, &t, &data, lt_seed)?;
+    let qbt_out = dir.subdir("qbt-out")?;
+    let opts = Options {
+        peers: vec![SocketAddr::V4(lt_seed)],
+        timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let r = bt::leech_with(
+        &ns,
+        &Client::Qbittorrent,
+        &t,
+        &qbt_out,
+        addr("127.0.0.2:6882"),
+        &opts,
+    )?;
+    eprintln!("qbittorrent <- libtorrent-hps: {:.3} s", r.seconds);
+    check_download(&qbt_out, &data)?;
+    let qbt_seed = addr("127.0.0.3:6883");
+    let _qseed = bt::start_seed(&ns, &Client::Qbittorrent, &t, &qbt_out, qbt_seed)?;
+    let lt_out = dir.subdir("lt-out")?;
+    let opts = Options {
+        peers: vec![SocketAddr::V4(qbt_seed)],
+        timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let r = bt::leech_with(
+        &ns,
+        &Client::Libtorrent,
+        &t,
+        &lt_out,
+        addr("127.0.0.4:6884"),
+        &opts,
+    )?;
+    eprintln!("libtorrent <- qbittorrent: {:.3} s", r.seconds);
+    check_download(&lt_out, &data)
+}
+
 #[test]
 fn a_leecher_without_peer_or_tracker_is_refused() -> anyhow::Result<()> {
     let dir = TempDir::new("bt-refuse")?;

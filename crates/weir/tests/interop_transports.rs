@@ -557,3 +557,128 @@ fn transmission_downloads_from_weir_over_utp() -> anyhow::Result<()> {
         "over utp",
     )
 }
+
+/// How qBittorrent 4.5 (`qbittorrent-nox`) is set for a test: its
+/// encryption mode and its peer transports, both ways.
+#[derive(Clone, Copy)]
+struct Qbt {
+    /// `prefer`, `require` or `off` (Allow / Require / Disable encryption).
+    encryption: &'static str,
+    /// `tcp`, `utp` or `both`.
+    protocol: &'static str,
+}
+
+impl Qbt {
+    fn options(self) -> Options {
+        Options {
+            timeout: Duration::from_secs(25),
+            extra_args: ["--encryption", self.encryption, "--protocol", self.protocol]
+                .map(String::from)
+                .to_vec(),
+            ..Options::default()
+        }
+    }
+
+    fn label(self) -> String {
+        format!(
+            "qBittorrent (encryption {}, {})",
+            self.encryption, self.protocol
+        )
+    }
+}
+
+/// weir, with its defaults, downloads from qBittorrent seeding as `q`
+/// says; its log must show a connection `expect`.
+fn weir_downloads_from_qbittorrent(ns_name: &str, q: Qbt, expect: &str) -> anyhow::Result<()> {
+    if !ready(&Client::Qbittorrent)? {
+        return Ok(());
+    }
+    let ns = Netns::new(ns_name)?;
+    let f = fixture()?;
+    let _seed = bt::start_seed_with(
+        &ns,
+        &Client::Qbittorrent,
+        &f.torrent,
+        &f.data,
+        addr(SEED),
+        &q.options(),
+    )?;
+    weir_get(&ns, &f, SEED, &[], &q.label(), expect)
+}
+
+/// qBittorrent, set as `q` says, dials weir seeding with its defaults and
+/// downloads from it; weir's log must show a connection `expect`.
+fn qbittorrent_downloads_from_weir(ns_name: &str, q: Qbt, expect: &str) -> anyhow::Result<()> {
+    if !ready(&Client::Qbittorrent)? {
+        return Ok(());
+    }
+    let ns = Netns::new(ns_name)?;
+    let f = fixture()?;
+    let mut seed = bt::start_seed(
+        &ns,
+        &weir_seeder(&["--log-verbose", "--log-verbose"]),
+        &f.torrent,
+        &f.data,
+        addr(SEED),
+    )?;
+    let out = f.dir.subdir("qbt-out")?;
+    let opts = Options {
+        peers: vec![SocketAddr::V4(addr(SEED))],
+        ..q.options()
+    };
+    let r = bt::leech_with(
+        &ns,
+        &Client::Qbittorrent,
+        &f.torrent,
+        &out,
+        addr(LEECH),
+        &opts,
+    )
+    .map_err(|e| e.context(seed.failure("weir seeder's log")))?;
+    eprintln!("{} <- weir: {:.2} s", q.label(), r.seconds);
+    log_shows(&seed, expect)?;
+    same_file(&f, &out)
+}
+
+const QBT_REQUIRE: Qbt = Qbt {
+    encryption: "require",
+    protocol: "tcp",
+};
+const QBT_UTP: Qbt = Qbt {
+    encryption: "off",
+    protocol: "utp",
+};
+const QBT_REQUIRE_UTP: Qbt = Qbt {
+    encryption: "require",
+    protocol: "utp",
+};
+
+#[test]
+fn weir_downloads_from_qbittorrent_requiring_encryption() -> anyhow::Result<()> {
+    weir_downloads_from_qbittorrent("imse-qbs", QBT_REQUIRE, "over tcp, RC4")
+}
+
+#[test]
+fn qbittorrent_requiring_encryption_downloads_from_weir() -> anyhow::Result<()> {
+    qbittorrent_downloads_from_weir("imse-qbl", QBT_REQUIRE, "over tcp, RC4")
+}
+
+#[test]
+fn weir_downloads_from_a_utp_only_qbittorrent() -> anyhow::Result<()> {
+    weir_downloads_from_qbittorrent("iutp-qbs", QBT_UTP, "over utp, plaintext")
+}
+
+#[test]
+fn a_utp_only_qbittorrent_downloads_from_weir() -> anyhow::Result<()> {
+    qbittorrent_downloads_from_weir("iutp-qbl", QBT_UTP, "over utp, plaintext")
+}
+
+#[test]
+fn weir_downloads_from_qbittorrent_requiring_encryption_over_utp() -> anyhow::Result<()> {
+    weir_downloads_from_qbittorrent("iemu-qbs", QBT_REQUIRE_UTP, "over utp, RC4")
+}
+
+#[test]
+fn qbittorrent_requiring_encryption_over_utp_downloads_from_weir() -> anyhow::Result<()> {
+    qbittorrent_downloads_from_weir("iemu-qbl", QBT_REQUIRE_UTP, "over utp, RC4")
+}

@@ -20,6 +20,7 @@ use crate::torrent::TorrentInfo;
 pub(crate) const PYTHON: &str = "/usr/bin/python3";
 
 const LT_ADAPTER: &str = include_str!("lt_adapter.py");
+const QBT_ADAPTER: &str = include_str!("qbt_adapter.py");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -213,6 +214,42 @@ pub(crate) fn launch(
         Client::Transmission => {
             launch_transmission(ns, role, &torrent, &dir, addr, opts, work, &flag, &label)
         }
+        Client::Qbittorrent => {
+            let script = work.path().join("weir_qbt_adapter.py");
+            std::fs::write(&script, QBT_ADAPTER)?;
+            let profile = work.subdir("qbittorrent")?;
+            let mut c = ns.command(PYTHON);
+            c.arg(&script)
+                .arg(if role == Role::Seed { "seed" } else { "leech" })
+                .arg("--torrent")
+                .arg(&torrent)
+                .arg("--dir")
+                .arg(&dir)
+                .args(["--ip", &addr.ip().to_string()])
+                .args(["--port", &addr.port().to_string()])
+                .args(["--webui", &webui_port(addr.port()).to_string()])
+                .arg("--profile")
+                .arg(&profile)
+                .args(["--timeout", &opts.timeout.as_secs_f64().to_string()])
+                .args(["--protocol", if opts.utp { "both" } else { "tcp" }])
+                .arg(if role == Role::Seed {
+                    "--ready"
+                } else {
+                    "--done"
+                })
+                .arg(&flag)
+                .env("HOME", &profile);
+            for p in &opts.peers {
+                c.arg("--peer").arg(p.to_string());
+            }
+            c.args(&opts.extra_args);
+            let proc = Proc::spawn_logged(&label, &mut c, logs)?;
+            Ok(Launched {
+                proc,
+                flag: Some(flag),
+                rpc: None,
+            })
+        }
         Client::Rtorrent => {
             let cfg = work.subdir("rtorrent")?;
             let event = match role {
@@ -309,6 +346,16 @@ fn launch_command(
         flag,
         rpc: None,
     })
+}
+
+/// Web API port of a qBittorrent instance: its peer port +/- 3100 (beside
+/// Transmission's +/- 3000 in one namespace).
+fn webui_port(peer_port: u16) -> u16 {
+    if peer_port <= 62_435 {
+        peer_port + 3100
+    } else {
+        peer_port - 3100
+    }
 }
 
 /// RPC port of a Transmission instance: its peer port +/- 3000, so two

@@ -57,6 +57,9 @@ pub enum Client {
     Transmission,
     /// rtorrent (headless, `system.daemon`).
     Rtorrent,
+    /// qBittorrent (`qbittorrent-nox`, libtorrent 2.0 inside) driven
+    /// through its Web API by a lab script.
+    Qbittorrent,
     /// Any program (weir itself, say), from argument templates.
     Command(CommandClient),
 }
@@ -111,16 +114,17 @@ impl CommandClient {
 
 impl Client {
     /// The real clients, for loops over "every client".
-    pub const REAL: [Client; 5] = [
+    pub const REAL: [Client; 6] = [
         Client::Libtorrent,
         Client::LibtorrentHps,
         Client::Aria2,
         Client::Transmission,
         Client::Rtorrent,
+        Client::Qbittorrent,
     ];
 
     /// Short label: `libtorrent`, `libtorrent-hps`, `aria2c`,
-    /// `transmission`, `rtorrent` or the command's name.
+    /// `transmission`, `rtorrent`, `qbittorrent` or the command's name.
     pub fn name(&self) -> &str {
         match self {
             Client::Libtorrent => "libtorrent",
@@ -128,12 +132,13 @@ impl Client {
             Client::Aria2 => "aria2c",
             Client::Transmission => "transmission",
             Client::Rtorrent => "rtorrent",
+            Client::Qbittorrent => "qbittorrent",
             Client::Command(c) => &c.name,
         }
     }
 
     /// Parses a label as printed by [`Client::name`] (also `lt`, `lt-hps`,
-    /// `aria2`). Not for [`Client::Command`].
+    /// `aria2`, `qbt`). Not for [`Client::Command`].
     pub fn parse(s: &str) -> Option<Client> {
         Some(match s {
             "libtorrent" | "lt" => Client::Libtorrent,
@@ -141,6 +146,7 @@ impl Client {
             "aria2c" | "aria2" => Client::Aria2,
             "transmission" => Client::Transmission,
             "rtorrent" => Client::Rtorrent,
+            "qbittorrent" | "qbt" => Client::Qbittorrent,
             _ => return None,
         })
     }
@@ -155,6 +161,7 @@ impl Client {
                 vec!["transmission-daemon".into(), "transmission-remote".into()]
             }
             Client::Rtorrent => vec!["rtorrent".into()],
+            Client::Qbittorrent => vec!["qbittorrent-nox".into(), clients::PYTHON.to_string()],
             Client::Command(c) => c
                 .seed
                 .first()
@@ -170,7 +177,7 @@ impl Client {
     pub fn can_dial_peer(&self) -> bool {
         matches!(
             self,
-            Client::Libtorrent | Client::LibtorrentHps | Client::Command(_)
+            Client::Libtorrent | Client::LibtorrentHps | Client::Qbittorrent | Client::Command(_)
         )
     }
 }
@@ -204,10 +211,14 @@ pub struct Options {
     /// Extra arguments appended to the client's command line
     /// (libtorrent: `--forced-enc` for MSE/PE with RC4 only, both ways,
     /// `--utp-only` for uTP with TCP off both ways;
-    /// transmission-daemon: its own flags, e.g. `--encryption-required`).
+    /// transmission-daemon: its own flags, e.g. `--encryption-required`;
+    /// qBittorrent: `--encryption prefer|require|off` and `--protocol
+    /// both|tcp|utp`, its Allow/Require/Disable encryption and peer
+    /// transports).
     pub extra_args: Vec<String>,
-    /// Transmission: uTP on (`utp-enabled`; off by default, as every other
-    /// client here runs TCP only unless a test asks).
+    /// Transmission and qBittorrent: uTP on beside TCP (Transmission's
+    /// `utp-enabled`, qBittorrent's protocol "TCP and uTP"; off by default,
+    /// as every other client here runs TCP only unless a test asks).
     pub utp: bool,
     /// Run the client's program under this one: the command line becomes
     /// `wrapper... program args...` (e.g. `valgrind --tool=callgrind

@@ -1,6 +1,7 @@
 //! Scenario `bt-single`: one 1 GiB single-file torrent (1 MiB pieces), one
 //! libtorrent-rasterbar seeder with its high-performance seed settings, and
-//! weir, libtorrent, aria2c and Transmission as leechers in turn, N runs
+//! weir, libtorrent, aria2c, Transmission and qBittorrent as leechers in
+//! turn, N runs
 //! each, round-robin so machine noise spreads over every client. Prints the
 //! median time, MB/s, CPU seconds and peak RSS of each, and weir's ratios:
 //! time against the fastest real leecher, CPU against libtorrent's.
@@ -12,7 +13,11 @@
 //! it listens. Leech time runs from the leecher's process start to
 //! its own completion report (weir: its exit once every piece is verified).
 //!
-//! Options: `--set clients=weir,libtorrent,aria2c,transmission` (a subset),
+//! qBittorrent (qbittorrent-nox, driven through its Web API) dials the
+//! seeder itself; its time includes starting its Web API.
+//!
+//! Options: `--set clients=weir,libtorrent,aria2c,transmission,qbittorrent`
+//! (a subset),
 //! `--set baseline_weir=PATH` (another weir build, e.g. from before a
 //! change, run as leecher `weir-base` in the same rounds), `--size-mib N`
 //! (default 1024), `--runs N` (default 3).
@@ -46,7 +51,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let size = cfg.size_bytes(1024);
     let wanted = cfg
         .get("clients")
-        .unwrap_or("weir,libtorrent,aria2c,transmission");
+        .unwrap_or("weir,libtorrent,aria2c,transmission,qbittorrent");
     let weir =
         crate::bt_setup::weir_leecher(cfg, "weir", &["--peer", "{peer}", "-q"].map(String::from));
     let mut clients = Vec::new();

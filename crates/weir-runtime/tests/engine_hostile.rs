@@ -598,3 +598,25 @@ async fn many_torrents_starting_at_once_announce_at_a_bounded_rate() {
     .await
     .unwrap();
 }
+
+/// At shutdown the `stopped` of many torrents goes out at most 50 at a
+/// time, all within the stop's bound: a tracker that never answers hears
+/// two rounds of 50 (each waits out half the bound), not all 120 at the
+/// same instant as before; one that answers hears every torrent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stops_at_shutdown_go_out_a_bounded_number_at_a_time() {
+    tokio::time::timeout(LIMIT, async {
+        const N: usize = 120;
+        let (stopped, took) = stop_with_tracker_holding("event=stopped", N, "stopmany").await;
+        assert!(
+            (50..=100).contains(&stopped),
+            "a silent tracker heard {stopped} stops at shutdown"
+        );
+        assert!(took < Duration::from_secs(7), "stopping took {took:?}");
+        // A tracker that answers hears them all.
+        let (stopped, _) = stop_with_tracker_holding("never-held", N, "stopall").await;
+        assert_eq!(stopped, N);
+    })
+    .await
+    .unwrap();
+}

@@ -458,21 +458,14 @@ impl Driver {
             u.shutdown();
         }
         self.publish(true);
-        // Every torrent's `stopped` at once, each bounded by the stop
+        // Every torrent's `stopped`, many at a time and all within the stop
         // timeout: one after another, a tracker that never answers held a
         // daemon of N torrents N times that long.
         for (_, h) in self.announcing.drain() {
             h.abort();
         }
-        let stops: Vec<_> = self
-            .announces
-            .remove_all()
-            .into_iter()
-            .map(|(_, s)| tokio::spawn(super::trackers::stop(s, self.announce_ctx.clone())))
-            .collect();
-        for s in stops {
-            let _ = s.await;
-        }
+        let stops = self.announces.remove_all().into_iter().map(|(_, s)| s);
+        super::trackers::stop_all(stops.collect(), self.announce_ctx.clone()).await;
         let conns: Vec<ConnId> = self
             .conns
             .keys()

@@ -89,6 +89,44 @@ pub(crate) fn aria2_command(
     Ok(c)
 }
 
+/// A lab adapter script's command in `ns` (under `wrapper`): `python3
+/// SCRIPT seed|leech --torrent T --dir D --ip IP --port PORT`.
+fn adapter_command(
+    ns: &Netns,
+    wrapper: &[String],
+    script: &Path,
+    role: Role,
+    torrent: &Path,
+    dir: &Path,
+    addr: SocketAddrV4,
+) -> Command {
+    let mut c = wrapped(ns, wrapper, PYTHON);
+    c.arg(script)
+        .arg(if role == Role::Seed { "seed" } else { "leech" })
+        .arg("--torrent")
+        .arg(torrent)
+        .arg("--dir")
+        .arg(dir)
+        .args(["--ip", &addr.ip().to_string()])
+        .args(["--port", &addr.port().to_string()]);
+    c
+}
+
+/// What every adapter takes after its own options: `--timeout`, the
+/// flag it touches (`--ready` seeding, `--done` leeching) and `--peer`s.
+fn adapter_tail(c: &mut Command, role: Role, opts: &Options, flag: &Path) {
+    c.args(["--timeout", &opts.timeout.as_secs_f64().to_string()]);
+    c.arg(if role == Role::Seed {
+        "--ready"
+    } else {
+        "--done"
+    })
+    .arg(flag);
+    for p in &opts.peers {
+        c.arg("--peer").arg(p.to_string());
+    }
+}
+
 /// A command running `program` inside `ns`, under `wrapper` when it is
 /// not empty (`ip netns exec NAME wrapper... program`).
 fn wrapped(ns: &Netns, wrapper: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -141,37 +179,16 @@ pub(crate) fn launch(
     match client {
         Client::Libtorrent | Client::LibtorrentHps => {
             let script = super::write_lt_script(work.path(), "weir_lt_adapter.py", LT_ADAPTER)?;
-            let mut c = wrapped(ns, &opts.wrapper, PYTHON);
-            c.arg(&script)
-                .arg(if role == Role::Seed { "seed" } else { "leech" })
-                .arg("--torrent")
-                .arg(&torrent)
-                .arg("--dir")
-                .arg(&dir)
-                .args([
-                    "--ip",
-                    &addr.ip().to_string(),
-                    "--port",
-                    &addr.port().to_string(),
-                ])
-                .args([
-                    "--preset",
-                    if *client == Client::LibtorrentHps {
-                        "hps"
-                    } else {
-                        "default"
-                    },
-                ])
-                .args(["--timeout", &opts.timeout.as_secs_f64().to_string()]);
-            c.arg(if role == Role::Seed {
-                "--ready"
-            } else {
-                "--done"
-            })
-            .arg(&flag);
-            for p in &opts.peers {
-                c.arg("--peer").arg(p.to_string());
-            }
+            let mut c = adapter_command(ns, &opts.wrapper, &script, role, &torrent, &dir, addr);
+            c.args([
+                "--preset",
+                if *client == Client::LibtorrentHps {
+                    "hps"
+                } else {
+                    "default"
+                },
+            ]);
+            adapter_tail(&mut c, role, opts, &flag);
             if let Some(d) = opts.dial {
                 c.arg("--dial").arg(d.to_string());
             }
@@ -218,30 +235,13 @@ pub(crate) fn launch(
             let script = work.path().join("weir_qbt_adapter.py");
             std::fs::write(&script, QBT_ADAPTER)?;
             let profile = work.subdir("qbittorrent")?;
-            let mut c = ns.command(PYTHON);
-            c.arg(&script)
-                .arg(if role == Role::Seed { "seed" } else { "leech" })
-                .arg("--torrent")
-                .arg(&torrent)
-                .arg("--dir")
-                .arg(&dir)
-                .args(["--ip", &addr.ip().to_string()])
-                .args(["--port", &addr.port().to_string()])
-                .args(["--webui", &webui_port(addr.port()).to_string()])
+            let mut c = adapter_command(ns, &[], &script, role, &torrent, &dir, addr);
+            c.args(["--webui", &webui_port(addr.port()).to_string()])
                 .arg("--profile")
                 .arg(&profile)
-                .args(["--timeout", &opts.timeout.as_secs_f64().to_string()])
                 .args(["--protocol", if opts.utp { "both" } else { "tcp" }])
-                .arg(if role == Role::Seed {
-                    "--ready"
-                } else {
-                    "--done"
-                })
-                .arg(&flag)
                 .env("HOME", &profile);
-            for p in &opts.peers {
-                c.arg("--peer").arg(p.to_string());
-            }
+            adapter_tail(&mut c, role, opts, &flag);
             c.args(&opts.extra_args);
             let proc = Proc::spawn_logged(&label, &mut c, logs)?;
             Ok(Launched {

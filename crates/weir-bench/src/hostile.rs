@@ -21,6 +21,7 @@
 //! | `tracker-1mib` | `weir get` | a tracker answering 1 MiB of peers (174,762) |
 //! | `callbacks` | `weir seed --ed2k` | a server asking for `callbacks` (20,000) CALLBACKREQUESTED |
 //! | `1000-peers` | `weir seed` | `conns` (1,000) peers at once, each asking while choked, none reading |
+//! | `utp-reorder` | `weir seed` | `utp-conns` (100) uTP connections, each sending 4 MiB after a gap that never fills |
 //!
 //! For a flood against a downloader (`bt-unrequested`, `tracker-1mib`) the
 //! measured process is that `weir get` (from the honest seeder and the
@@ -36,6 +37,7 @@
 //!
 //! `--set` keys: `floods=a,b,...` (default all), `rate=16MB/s` (the honest
 //! leecher's cap), `settle=2` (seconds), `conns=1000`, `half-open=200`,
+//! `utp-conns=100`,
 //! `callbacks=20000`, `tracker-peers=174762`, `malloc-arena-max=N` (run
 //! every weir process with `MALLOC_ARENA_MAX=N`: what of a flood's
 //! leftovers is freed memory kept by glibc's per-thread arenas).
@@ -74,6 +76,7 @@ pub const KEYS: &[&str] = &[
     "settle",
     "conns",
     "half-open",
+    "utp-conns",
     "callbacks",
     "tracker-peers",
     "malloc-arena-max",
@@ -100,6 +103,9 @@ pub enum Flood {
     Callbacks,
     /// Many BitTorrent peers at once (1,000 by default).
     ManyPeers,
+    /// uTP connections sending data after a gap that never fills (100 by
+    /// default, 4 MiB each).
+    UtpReorder,
 }
 
 /// What a flood is aimed at.
@@ -129,7 +135,7 @@ impl Target {
 
 impl Flood {
     /// Every flood, in table order.
-    pub const ALL: [Flood; 9] = [
+    pub const ALL: [Flood; 10] = [
         Flood::BtChokedRequests,
         Flood::BtUnrequested,
         Flood::Ed2kBeforeHello,
@@ -139,6 +145,7 @@ impl Flood {
         Flood::Tracker,
         Flood::Callbacks,
         Flood::ManyPeers,
+        Flood::UtpReorder,
     ];
 
     /// The name in tables and `--set floods=`.
@@ -153,6 +160,7 @@ impl Flood {
             Flood::Tracker => "tracker-1mib",
             Flood::Callbacks => "callbacks",
             Flood::ManyPeers => "1000-peers",
+            Flood::UtpReorder => "utp-reorder",
         }
     }
 
@@ -164,9 +172,11 @@ impl Flood {
     /// What it is aimed at.
     pub fn target(self) -> Target {
         match self {
-            Flood::BtChokedRequests | Flood::NeverReads | Flood::HalfOpen | Flood::ManyPeers => {
-                Target::BtSeed
-            }
+            Flood::BtChokedRequests
+            | Flood::NeverReads
+            | Flood::HalfOpen
+            | Flood::ManyPeers
+            | Flood::UtpReorder => Target::BtSeed,
             Flood::BtUnrequested | Flood::Tracker => Target::BtGet,
             Flood::Ed2kBeforeHello | Flood::Callbacks => Target::Ed2kSeed,
             Flood::ServerSources => Target::Ed2kServer,
@@ -178,7 +188,7 @@ impl Flood {
     /// connections are each cut off before a handshake, judged as one).
     pub fn max_added_mib(self) -> f64 {
         match self {
-            Flood::ManyPeers => MAX_ADDED_MANY_MIB,
+            Flood::ManyPeers | Flood::UtpReorder => MAX_ADDED_MANY_MIB,
             _ => MAX_ADDED_ONE_MIB,
         }
     }
@@ -199,6 +209,8 @@ pub struct Options {
     pub conns: usize,
     /// Connections of `half-open`.
     pub half_open: usize,
+    /// Connections of `utp-reorder`.
+    pub utp_conns: usize,
     /// Callbacks `callbacks` asks for.
     pub callbacks: u64,
     /// Peers in the tracker's answer.
@@ -219,6 +231,7 @@ impl Options {
             settle: Duration::from_secs(2),
             conns: 1000,
             half_open: 200,
+            utp_conns: 100,
             callbacks: 20_000,
             // 6 bytes each: 1 MiB of compact peers.
             tracker_peers: (1 << 20) / 6,
@@ -392,6 +405,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     o.settle = Duration::from_secs_f64(cfg.get_or("settle", 2.0)?);
     o.conns = cfg.get_or("conns", o.conns)?;
     o.half_open = cfg.get_or("half-open", o.half_open)?;
+    o.utp_conns = cfg.get_or("utp-conns", o.utp_conns)?;
     o.callbacks = cfg.get_or("callbacks", o.callbacks)?;
     o.tracker_peers = cfg.get_or("tracker-peers", o.tracker_peers)?;
     o.malloc_arena_max = cfg

@@ -391,6 +391,15 @@ impl Env {
                     stop.clone(),
                 ));
             }
+            Some(Flood::UtpReorder) => {
+                tokio::spawn(floods::utp_reorder(
+                    seeder_addr,
+                    o.utp_conns,
+                    4 << 20,
+                    st(),
+                    stop.clone(),
+                ));
+            }
             Some(Flood::BtUnrequested | Flood::Tracker) => bail!("a flood against a downloader"),
         }
         let mut leech = self.leecher(&leech_args)?;

@@ -429,6 +429,90 @@ pub async fn half_open(addr: SocketAddr, n: usize, stats: Arc<FloodStats>, stop:
     }
 }
 
+/// A uTP header (BEP 29): type, connection id, sequence and ack numbers;
+/// timestamps zero, a 1 MiB window.
+fn utp_header(kind: u8, conn_id: u16, seq: u16, ack: u16) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = (kind << 4) | 1;
+    h[2..4].copy_from_slice(&conn_id.to_be_bytes());
+    h[12..16].copy_from_slice(&(1u32 << 20).to_be_bytes());
+    h[16..18].copy_from_slice(&seq.to_be_bytes());
+    h[18..20].copy_from_slice(&ack.to_be_bytes());
+    h
+}
+
+/// Flood 10: `n` uTP connections, each from its own UDP port, sending
+/// data after a gap that never fills (sequence 2 never comes): every
+/// packet waits in weir's reorder buffer, up to the connection's window
+/// (4 MiB) each unless something bounds them together. Each sends
+/// `per_conn` bytes in 1,380-byte packets, then holds, acknowledging
+/// nothing, until stopped.
+pub async fn utp_reorder(
+    addr: SocketAddr,
+    n: usize,
+    per_conn: usize,
+    stats: Arc<FloodStats>,
+    stop: Stop,
+) {
+    const PAYLOAD: usize = 1380;
+    let body = vec![0xA5u8; PAYLOAD];
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (stats, mut stop, body) = (stats.clone(), stop.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let local = SocketAddr::from(([127, 0, 0, 1], 0));
+            let Ok(sock) = weir_runtime::net::PolicedUdp::bind(&policy(), local).await else {
+                stats.closed();
+                return;
+            };
+            let id = (i as u16).wrapping_mul(2);
+            let syn = utp_header(4, id, 1, 0);
+            let mut buf = [0u8; 2048];
+            // The SYN, again each second until answered with a STATE.
+            let their = loop {
+                if sock.send_to(&syn, addr).await.is_err() {
+                    stats.closed();
+                    return;
+                }
+                tokio::select! {
+                    r = tokio::time::timeout(Duration::from_secs(1), sock.recv_from(&mut buf)) => {
+                        if let Ok(Ok((k, _))) = r && k >= 20 && buf[0] >> 4 == 2 {
+                            break u16::from_be_bytes([buf[16], buf[17]]);
+                        }
+                    }
+                    _ = stopped(&mut stop) => return,
+                }
+            };
+            stats.opened();
+            let mut packet = Vec::with_capacity(20 + PAYLOAD);
+            for k in 0..per_conn.div_ceil(PAYLOAD) {
+                packet.clear();
+                let seq = 3u16.wrapping_add(k as u16);
+                packet.extend_from_slice(&utp_header(
+                    0,
+                    id.wrapping_add(1),
+                    seq,
+                    their.wrapping_sub(1),
+                ));
+                packet.extend_from_slice(&body);
+                if sock.send_to(&packet, addr).await.is_err() {
+                    break;
+                }
+                stats.add_sent(packet.len());
+                // Now and then a pause, so the kernel's buffers do not drop
+                // what weir has not read yet.
+                if k % 64 == 63 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            stopped(&mut stop).await;
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
 /// Flood 9: `n` BitTorrent peers at once, each shaking hands, asking for
 /// 256 blocks while choked and then holding the connection without
 /// reading (64 KiB receive buffers). Held until `stop`; not reopened.

@@ -9,7 +9,8 @@
 //! leecher's sockets to the emulator (protocol overhead included, about
 //! 0.1%), and the payload length from the client's own completion report.
 //!
-//! Leechers (`--set leechers=tcp,weir,rtorrent,libtorrent`, the default):
+//! Leechers (`--set leechers=tcp,weir,rtorrent,libtorrent,qbittorrent`, the
+//! default):
 //! - `tcp`: a plain TCP stream of the same length through its own emulator
 //!   with the same settings (a sender thread writing 256 KiB buffers, a
 //!   receiver thread reading): the link's own ramp, the ceiling;
@@ -18,8 +19,10 @@
 //!   an opentracker announce URL, and the tracker knows one peer: the
 //!   emulator's address, announced from a socket bound to the emulator's IP
 //!   (the seeder never announces, so nothing hands out its direct address);
-//! - `libtorrent` (default settings), `lt-hps`, `aria2c`: through the
-//!   `weir_lab::bt` adapters (aria2c also through the tracker).
+//! - `libtorrent` (default settings), `lt-hps`, `aria2c`, `qbittorrent`:
+//!   through the `weir_lab::bt` adapters (aria2c also through the tracker;
+//!   qBittorrent dials the emulator through its Web API, so its time
+//!   includes starting that API).
 //!
 //! Seeder (`--set seeder=lt-hps`, default; or `weir`, `libtorrent`): one
 //! process for the whole bench, dialled by every leecher through the
@@ -130,7 +133,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<()> {
     let seeder_kind = SeederKind::parse(cfg.get("seeder").unwrap_or("lt-hps"))?;
     let leechers = cfg
         .get("leechers")
-        .unwrap_or("tcp,weir,rtorrent,libtorrent")
+        .unwrap_or("tcp,weir,rtorrent,libtorrent,qbittorrent")
         .split(',')
         .map(Leecher::parse)
         .collect::<anyhow::Result<Vec<_>>>()?;
